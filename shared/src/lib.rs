@@ -1,0 +1,11 @@
+//! Vergence's domain: the config model and its [`compiler`], the
+//! convergence [`engine`], and the [`ports`] that storage, queues and runners
+//! implement. This crate depends on no cloud, Kubernetes or HTTP library;
+//! adapters live in `infra/` and `runtimes/`.
+
+pub mod config;
+pub mod error;
+pub mod hashing;
+pub mod model;
+
+pub use error::{Error, Result};

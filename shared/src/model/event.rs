@@ -1,0 +1,153 @@
+//! Events: the audit trail. Every status transition, job, config change,
+//! release and approval is recorded with who or what caused it and why.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use super::instance::{InstanceKey, Status};
+use super::job::{JobId, JobKind, JobOutcome};
+use super::names::{ApplicationName, ReleaseChannelName, ServiceName};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum EventKind {
+    StatusChanged {
+        from: Status,
+        to: Status,
+    },
+    DesiredVersionChanged {
+        from: Option<String>,
+        to: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    JobStarted {
+        job_id: JobId,
+        job: JobKind,
+        attempt: u32,
+    },
+    #[serde(rename_all = "camelCase")]
+    JobFinished {
+        job_id: JobId,
+        job: JobKind,
+        outcome: JobOutcome,
+        exit_code: Option<i32>,
+    },
+    DriftDetected {
+        version: String,
+    },
+    Converged {
+        version: String,
+    },
+    ConfigApplied {
+        hash: String,
+    },
+    InstanceAdded,
+    InstanceRemoved,
+    ReleaseCreated {
+        version: String,
+    },
+    ApprovalRecorded {
+        version: String,
+    },
+    ChecksRequested,
+}
+
+impl EventKind {
+    /// A short name for tables and filters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::StatusChanged { .. } => "statusChanged",
+            EventKind::DesiredVersionChanged { .. } => "desiredVersionChanged",
+            EventKind::JobStarted { .. } => "jobStarted",
+            EventKind::JobFinished { .. } => "jobFinished",
+            EventKind::DriftDetected { .. } => "driftDetected",
+            EventKind::Converged { .. } => "converged",
+            EventKind::ConfigApplied { .. } => "configApplied",
+            EventKind::InstanceAdded => "instanceAdded",
+            EventKind::InstanceRemoved => "instanceRemoved",
+            EventKind::ReleaseCreated { .. } => "releaseCreated",
+            EventKind::ApprovalRecorded { .. } => "approvalRecorded",
+            EventKind::ChecksRequested => "checksRequested",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Sortable and unique: time first, then what makes it unique.
+    pub id: String,
+    pub at: Timestamp,
+    pub application: ApplicationName,
+    pub service: Option<ServiceName>,
+    pub release_channel: Option<ReleaseChannelName>,
+    /// Who or what caused it: `engine`, `cli:alice`, `api:token-ci`, …
+    pub actor: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+    /// The human sentence: what happened and why.
+    pub message: String,
+}
+
+impl Event {
+    /// An event about one instance; the id is filled in when it is recorded.
+    pub fn for_instance(
+        key: &InstanceKey,
+        at: Timestamp,
+        actor: impl Into<String>,
+        kind: EventKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: String::new(),
+            at,
+            application: key.application.clone(),
+            service: Some(key.service.clone()),
+            release_channel: Some(key.release_channel.clone()),
+            actor: actor.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Gives a batch of events ids that sort by time, then by batch order.
+    /// `scope` makes them unique across writers (an instance id and revision).
+    pub fn assign_ids(events: &mut [Event], scope: &str) {
+        for (i, event) in events.iter_mut().enumerate() {
+            if event.id.is_empty() {
+                event.id = format!(
+                    "{:015}-{}-{:03}",
+                    event.at.as_millisecond().max(0),
+                    scope,
+                    i
+                );
+            }
+        }
+    }
+}
+
+/// Which events to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    pub application: Option<ApplicationName>,
+    pub service: Option<ServiceName>,
+    pub release_channel: Option<ReleaseChannelName>,
+    /// Only the newest `limit` events (oldest first in the result).
+    pub limit: Option<usize>,
+}
+
+impl EventFilter {
+    pub fn matches(&self, event: &Event) -> bool {
+        self.application
+            .as_ref()
+            .is_none_or(|a| *a == event.application)
+            && self
+                .service
+                .as_ref()
+                .is_none_or(|s| event.service.as_ref() == Some(s))
+            && self
+                .release_channel
+                .as_ref()
+                .is_none_or(|rc| event.release_channel.as_ref() == Some(rc))
+    }
+}

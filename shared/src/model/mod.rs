@@ -1,0 +1,15 @@
+//! The domain model shared by the compiler, the engine and every adapter.
+
+pub mod compiled;
+pub mod event;
+pub mod instance;
+pub mod job;
+pub mod names;
+pub mod release;
+
+pub use compiled::*;
+pub use event::*;
+pub use instance::*;
+pub use job::*;
+pub use names::*;
+pub use release::*;

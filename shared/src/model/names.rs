@@ -1,0 +1,155 @@
+//! Validated names: the identifiers users write in config (applications,
+//! release channels, services, runtimes, protections).
+//!
+//! Names are parsed at the boundary (config loading, CLI, API) so the rest of
+//! the code can rely on them being well-formed.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Longest name accepted, so names fit in DNS labels and Kubernetes objects.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// Checks the config contract for names: `^[a-z]([a-z0-9-]*[a-z0-9])?$`, at
+/// most 63 characters. Returns a sentence saying what is wrong.
+pub fn check_name(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("a name cannot be empty".to_owned());
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "name {value:?} is {} characters long; at most {MAX_NAME_LEN} are allowed",
+            value.len()
+        ));
+    }
+    let bytes = value.as_bytes();
+    if !bytes[0].is_ascii_lowercase() {
+        return Err(format!(
+            "name {value:?} must start with a lowercase letter (a-z)"
+        ));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(format!(
+            "name {value:?} contains {bad:?}; only lowercase letters, digits and '-' are allowed"
+        ));
+    }
+    if value.ends_with('-') {
+        return Err(format!("name {value:?} must not end with '-'"));
+    }
+    Ok(())
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $ty:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $ty(String);
+
+        impl $ty {
+            /// Parses a name, saying what is wrong when it is not valid.
+            pub fn parse(value: impl Into<String>) -> Result<Self, String> {
+                let value = value.into();
+                check_name(&value)?;
+                Ok(Self(value))
+            }
+
+            /// The name as written.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let raw = String::deserialize(deserializer)?;
+                Self::parse(raw).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// The name of an application.
+    ApplicationName
+);
+name_type!(
+    /// The name of a release channel within an application (staging, prod-us, …).
+    ReleaseChannelName
+);
+name_type!(
+    /// The name of a service within an application.
+    ServiceName
+);
+name_type!(
+    /// The name of a runtime.
+    RuntimeName
+);
+name_type!(
+    /// The name of a protection.
+    ProtectionName
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_names_of_the_contract() {
+        for ok in ["a", "shop", "prod-us", "a1", "web-2", &"a".repeat(63)] {
+            assert!(check_name(ok).is_ok(), "{ok} should be valid");
+        }
+    }
+
+    #[test]
+    fn rejects_names_outside_the_contract_with_a_reason() {
+        let cases = [
+            ("", "empty"),
+            ("Shop", "lowercase letter"),
+            ("1shop", "lowercase letter"),
+            ("shop_x", "'_'"),
+            ("shop-", "end with"),
+            (&"a".repeat(64), "64 characters"),
+        ];
+        for (bad, why) in cases {
+            let err = check_name(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_deserialize_only_when_valid() {
+        let ok: ServiceName = serde_json::from_str("\"web\"").unwrap();
+        assert_eq!(ok.as_str(), "web");
+        assert!(serde_json::from_str::<ServiceName>("\"Web\"").is_err());
+    }
+}
