@@ -3,6 +3,7 @@
 //! implement. This crate depends on no cloud, Kubernetes or HTTP library;
 //! adapters live in `infra/` and `runtimes/`.
 
+pub mod compiler;
 pub mod config;
 pub mod error;
 pub mod hashing;

@@ -54,11 +54,18 @@ impl ConfigErrors {
     /// stable and each problem is reported once.
     pub fn sorted(mut self) -> Self {
         self.0.sort_by(|a, b| {
-            (a.file.as_str(), a.line.unwrap_or(0), a.path.as_str()).cmp(&(
-                b.file.as_str(),
-                b.line.unwrap_or(0),
-                b.path.as_str(),
-            ))
+            (
+                a.file.as_str(),
+                a.line.unwrap_or(0),
+                a.path.as_str(),
+                a.message.as_str(),
+            )
+                .cmp(&(
+                    b.file.as_str(),
+                    b.line.unwrap_or(0),
+                    b.path.as_str(),
+                    b.message.as_str(),
+                ))
         });
         self.0.dedup();
         self
@@ -106,6 +113,8 @@ impl Positions {
 #[derive(Clone, Debug)]
 pub struct Source {
     pub file: String,
+    /// 1-based line where the document starts.
+    pub line: usize,
     pub positions: Positions,
 }
 

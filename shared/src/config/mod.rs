@@ -147,6 +147,7 @@ pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigEr
                 Ok(body) => documents.push(ParsedDocument {
                     source: Source {
                         file: file.clone(),
+                        line: document.line,
                         positions,
                     },
                     body,

@@ -8,6 +8,7 @@
 //! scalars are typed by the field that receives them (so `version: 1.10`
 //! stays "1.10"), and every error carries a field path and a line.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 
@@ -30,7 +31,8 @@ pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, (usize, String)>
     let mut loader: YamlLoader<MarkedYamlOwned> = YamlLoader::default();
     // Scalars stay as written; the schema decides their type.
     loader.early_parse(false);
-    let mut parser = saphyr_parser::Parser::new_from_str(text);
+    let protected = protect_templates(text);
+    let mut parser = saphyr_parser::Parser::new_from_str(&protected);
     let loaded = parser.load(&mut loader, true);
     let scan_error = loaded.err().or_else(|| loader.error().cloned());
     if let Some(error) = scan_error {
@@ -45,6 +47,55 @@ pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, (usize, String)>
             node,
         })
         .collect())
+}
+
+/// Stand-ins for the braces of `{{.Params.x}}`-style templates while parsing.
+const OPEN: char = '\u{E000}';
+const CLOSE: char = '\u{E001}';
+
+/// Hides the braces of template expressions from the YAML parser.
+///
+/// The config contract writes templates unquoted inside flow sequences
+/// (`cmd: [./do-apply, --service={{.Params.service}}]`), where strict YAML
+/// reads `{` as the start of a mapping. A `{{` followed by `.` and closed by
+/// `}}` on the same line is never valid YAML structure, so it is safe to
+/// swap those braces for private-use characters (one for one, keeping
+/// columns) and swap them back in every scalar read.
+fn protect_templates(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find("{{") {
+            let after = &rest[start + 2..];
+            let is_template = after.trim_start().starts_with('.');
+            match after.find("}}") {
+                Some(end) if is_template => {
+                    out.push_str(&rest[..start]);
+                    out.extend([OPEN, OPEN]);
+                    out.push_str(&after[..end]);
+                    out.extend([CLOSE, CLOSE]);
+                    rest = &after[end + 2..];
+                }
+                _ => {
+                    out.push_str(&rest[..start + 2]);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
+fn restore_templates(raw: &str) -> Cow<'_, str> {
+    if raw.contains([OPEN, CLOSE]) {
+        Cow::Owned(raw.replace(OPEN, "{").replace(CLOSE, "}"))
+    } else {
+        Cow::Borrowed(raw)
+    }
 }
 
 /// Errors and positions gathered while reading one document.
@@ -204,11 +255,11 @@ fn is_null(node: &MarkedYamlOwned) -> bool {
     }
 }
 
-/// A scalar as written, with whether it was quoted.
-fn scalar(node: &MarkedYamlOwned) -> Option<(&str, bool)> {
+/// A scalar as written, with whether it was plain (unquoted).
+fn scalar(node: &MarkedYamlOwned) -> Option<(Cow<'_, str>, bool)> {
     match &node.data {
         YamlDataOwned::Representation(raw, style, _) => {
-            Some((raw.as_str(), *style == ScalarStyle::Plain))
+            Some((restore_templates(raw), *style == ScalarStyle::Plain))
         }
         YamlDataOwned::Tagged(_, inner) => scalar(inner),
         _ => None,
@@ -260,11 +311,10 @@ struct NodeDeserializer<'a> {
 }
 
 impl<'a> NodeDeserializer<'a> {
-    fn child(&self, node: &'a MarkedYamlOwned, path: String) -> NodeDeserializer<'a> {
-        self.collector
-            .positions
-            .borrow_mut()
-            .record(&path, line_of(node));
+    /// A deserializer for a child node; `line` is where the child is written
+    /// (its key's line for mapping entries), recorded for later errors.
+    fn child(&self, node: &'a MarkedYamlOwned, path: String, line: usize) -> NodeDeserializer<'a> {
+        self.collector.positions.borrow_mut().record(&path, line);
         NodeDeserializer {
             node,
             path,
@@ -293,7 +343,7 @@ impl<'a> NodeDeserializer<'a> {
         }
     }
 
-    fn expect_scalar(&self, what: &str) -> Result<(&'a str, bool), DeError> {
+    fn expect_scalar(&self, what: &str) -> Result<(Cow<'a, str>, bool), DeError> {
         if is_null(self.node) {
             return Err(self.fail(format!("expected {what}, found nothing")));
         }
@@ -303,7 +353,7 @@ impl<'a> NodeDeserializer<'a> {
 
     fn integer(&self) -> Result<i64, DeError> {
         let (raw, _) = self.expect_scalar("an integer")?;
-        parse_int(raw).ok_or_else(|| self.fail(format!("expected an integer, found {raw:?}")))
+        parse_int(&raw).ok_or_else(|| self.fail(format!("expected an integer, found {raw:?}")))
     }
 
     fn mapping(
@@ -317,7 +367,7 @@ impl<'a> NodeDeserializer<'a> {
         }
     }
 
-    fn key_text(&self, key: &'a MarkedYamlOwned) -> Result<&'a str, DeError> {
+    fn key_text(&self, key: &'a MarkedYamlOwned) -> Result<Cow<'a, str>, DeError> {
         scalar(key)
             .map(|(raw, _)| raw)
             .ok_or_else(|| DeError::at(&self.path, line_of(key), "mapping keys must be plain text"))
@@ -349,17 +399,17 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
             _ if is_null(node) => visitor.visit_unit(),
             _ => match scalar(node) {
                 Some((raw, true)) => {
-                    if let Some(b) = parse_bool(raw) {
+                    if let Some(b) = parse_bool(&raw) {
                         visitor.visit_bool(b)
-                    } else if let Some(i) = parse_int(raw) {
+                    } else if let Some(i) = parse_int(&raw) {
                         visitor.visit_i64(i)
                     } else if let Ok(f) = raw.parse::<f64>() {
                         visitor.visit_f64(f)
                     } else {
-                        visitor.visit_str(raw)
+                        visitor.visit_str(&raw)
                     }
                 }
-                Some((raw, false)) => visitor.visit_str(raw),
+                Some((raw, false)) => visitor.visit_str(&raw),
                 None => return Err(self.fail("this value cannot be read")),
             },
         };
@@ -368,7 +418,7 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         let (raw, _) = self.expect_scalar("true or false")?;
-        let value = parse_bool(raw)
+        let value = parse_bool(&raw)
             .ok_or_else(|| self.fail(format!("expected true or false, found {raw:?}")))?;
         visitor
             .visit_bool(value)
@@ -407,7 +457,7 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         let (raw, _) = self.expect_scalar("text")?;
         visitor
-            .visit_str(raw)
+            .visit_str(&raw)
             .map_err(|e: DeError| e.locate(&self.path, self.line()))
     }
 
@@ -493,7 +543,7 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
         let entries = match self.mapping()? {
             Some(map) => map
                 .iter()
-                .map(|(k, v)| Ok((self.key_text(k)?.to_owned(), v)))
+                .map(|(k, v)| Ok((self.key_text(k)?.into_owned(), line_of(k), v)))
                 .collect::<Result<Vec<_>, DeError>>()?,
             None => Vec::new(),
         };
@@ -513,28 +563,28 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, DeError> {
-        let mut entries: Vec<(String, &MarkedYamlOwned)> = Vec::new();
+        let mut entries: Vec<(String, usize, &MarkedYamlOwned)> = Vec::new();
         if let Some(map) = self.mapping()? {
             for (key_node, value) in map {
                 let raw = self.key_text(key_node)?;
-                let key = if fields.contains(&raw) {
-                    raw.to_owned()
+                let key = if fields.contains(&raw.as_ref()) {
+                    raw.into_owned()
                 } else {
-                    let camel = snake_to_camel(raw);
+                    let camel = snake_to_camel(&raw);
                     if !fields.contains(&camel.as_str()) {
-                        self.report_unknown_key(raw, line_of(key_node), fields);
+                        self.report_unknown_key(&raw, line_of(key_node), fields);
                         continue;
                     }
                     camel
                 };
-                if entries.iter().any(|(k, _)| *k == key) {
+                if entries.iter().any(|(k, _, _)| *k == key) {
                     return Err(DeError::at(
                         &child_path(&self.path, &key),
                         line_of(key_node),
                         format!("'{key}' is given twice (once in snake_case)"),
                     ));
                 }
-                entries.push((key, value));
+                entries.push((key, line_of(key_node), value));
             }
         }
         let access = MapAccess {
@@ -576,7 +626,10 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
         if let Some(map) = self.mapping().ok().flatten() {
             let keys: Vec<&MarkedYamlOwned> = map.keys().collect();
             if keys.len() != 1 {
-                let found: Vec<&str> = keys.iter().filter_map(|k| scalar(k).map(|s| s.0)).collect();
+                let found: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| scalar(k).map(|s| s.0.into_owned()))
+                    .collect();
                 return Err(self.fail(format!(
                     "expected exactly one of: {}; found {}",
                     variants.join(", "),
@@ -590,15 +643,15 @@ impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
             let Some((key_node, value)) = map.iter().next() else {
                 return Err(self.fail("expected a value"));
             };
-            let variant = resolve(self.key_text(key_node)?, line_of(key_node))?;
+            let variant = resolve(&self.key_text(key_node)?, line_of(key_node))?;
             let path = child_path(&self.path, &variant);
-            let content = self.child(value, path);
+            let content = self.child(value, path, line_of(key_node));
             return visitor
                 .visit_enum(EnumAccess { variant, content })
                 .map_err(|e: DeError| e.locate(&self.path, self.line()));
         }
         let (raw, _) = self.expect_scalar(&format!("one of: {}", variants.join(", ")))?;
-        let variant = resolve(raw, self.line())?;
+        let variant = resolve(&raw, self.line())?;
         visitor
             .visit_enum(variant.into_deserializer())
             .map_err(|e: DeError| e.locate(&self.path, self.line()))
@@ -651,7 +704,7 @@ where
             return Ok(None);
         };
         let path = format!("{}[{index}]", self.parent.path);
-        let child = self.parent.child(node, path.clone());
+        let child = self.parent.child(node, path.clone(), line_of(node));
         seed.deserialize(child)
             .map(Some)
             .map_err(|e: DeError| e.locate(&path, line_of(node)))
@@ -661,12 +714,12 @@ where
 struct MapAccess<'p, 'a, I> {
     parent: &'p NodeDeserializer<'a>,
     entries: I,
-    pending: Option<(String, &'a MarkedYamlOwned)>,
+    pending: Option<(String, usize, &'a MarkedYamlOwned)>,
 }
 
 impl<'de, 'a, I> de::MapAccess<'de> for MapAccess<'_, 'a, I>
 where
-    I: Iterator<Item = (String, &'a MarkedYamlOwned)>,
+    I: Iterator<Item = (String, usize, &'a MarkedYamlOwned)>,
 {
     type Error = DeError;
 
@@ -674,26 +727,25 @@ where
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, DeError> {
-        let Some((key, value)) = self.entries.next() else {
+        let Some((key, line, value)) = self.entries.next() else {
             return Ok(None);
         };
-        let line = line_of(value);
         let parsed = seed
             .deserialize(key.as_str().into_deserializer())
             .map_err(|e: DeError| e.locate(&child_path(&self.parent.path, &key), line))?;
-        self.pending = Some((key, value));
+        self.pending = Some((key, line, value));
         Ok(Some(parsed))
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
-        let (key, node) = self.pending.take().ok_or_else(|| {
+        let (key, line, node) = self.pending.take().ok_or_else(|| {
             self.parent
                 .fail("internal error: value requested before key")
         })?;
         let path = child_path(&self.parent.path, &key);
-        let child = self.parent.child(node, path.clone());
+        let child = self.parent.child(node, path.clone(), line);
         seed.deserialize(child)
-            .map_err(|e: DeError| e.locate(&path, line_of(node)))
+            .map_err(|e: DeError| e.locate(&path, line))
     }
 }
 
@@ -880,6 +932,24 @@ mod tests {
     fn syntax_errors_carry_a_line() {
         let err = parse_documents("a: [1, 2\nb: c\n").unwrap_err();
         assert!(err.0 >= 1);
+    }
+
+    #[test]
+    fn unquoted_templates_survive_flow_sequences_and_nested_flow_mappings_stay_intact() {
+        let (doc, errors, _) = read(
+            "program: {cmd: [./do-apply, --service={{.Params.service}}, \"{{ .Constants.x }}\"], env: {A: {{.Params.a}}}}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let doc = doc.unwrap();
+        assert_eq!(
+            doc.program.cmd,
+            vec![
+                "./do-apply",
+                "--service={{.Params.service}}",
+                "{{ .Constants.x }}"
+            ]
+        );
+        assert_eq!(doc.program.env["A"], "{{.Params.a}}");
     }
 
     #[test]
