@@ -5,8 +5,10 @@
 
 pub mod compiler;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod hashing;
 pub mod model;
+pub mod ports;
 
 pub use error::{Error, Result};

@@ -223,11 +223,13 @@ pub struct InstanceState {
     /// The latest finished job of each kind, for `status` and `explain`.
     #[serde(default)]
     pub last_jobs: Vec<JobSummary>,
-    /// Counter that makes job ids unique per instance.
+    /// Counter that makes job ids unique per instance; also orders jobs, so
+    /// "this fetch ran after that apply" never depends on clocks.
     pub job_seq: u64,
-    /// Observations older than this are stale (set by `vergence up` and
-    /// manual retries so the next step looks again).
-    pub checks_requested_at: Option<Timestamp>,
+    /// Set by `vergence up` and manual retries: the next step fetches again
+    /// instead of trusting the last observation.
+    #[serde(default)]
+    pub checks_requested: bool,
 }
 
 impl InstanceState {
@@ -245,7 +247,7 @@ impl InstanceState {
             last_fetch: None,
             last_jobs: Vec::new(),
             job_seq: 0,
-            checks_requested_at: None,
+            checks_requested: false,
         }
     }
 
@@ -269,9 +271,13 @@ pub struct TargetProgress {
     pub apply_started_at: Option<Timestamp>,
     /// When the latest apply of this version finished successfully.
     pub applied_at: Option<Timestamp>,
+    /// Job sequence number of that apply: fetches after it verify it.
+    pub applied_seq: Option<u64>,
     pub retry_at: Option<Timestamp>,
     /// Consecutive fetch errors.
     pub fetch_failures: u32,
+    /// The latest counted failure, shown while waiting to retry.
+    pub last_failure: Option<String>,
     /// Set when the retry policy is exhausted: the version is not applied
     /// again until a new version or a manual retry.
     pub failed: Option<String>,
@@ -287,8 +293,10 @@ impl TargetProgress {
             retryable_exits: 0,
             apply_started_at: None,
             applied_at: None,
+            applied_seq: None,
             retry_at: None,
             fetch_failures: 0,
+            last_failure: None,
             failed: None,
         }
     }
@@ -299,6 +307,7 @@ impl TargetProgress {
 #[serde(rename_all = "camelCase")]
 pub struct InFlightJob {
     pub job_id: JobId,
+    pub seq: u64,
     pub kind: JobKind,
     pub version: String,
     pub attempt: u32,
@@ -312,6 +321,8 @@ pub struct InFlightJob {
 #[serde(rename_all = "camelCase")]
 pub struct FetchObservation {
     pub at: Timestamp,
+    /// Sequence number of the fetch job.
+    pub seq: u64,
     pub version: String,
     pub verdict: FetchVerdict,
     pub summary: String,
