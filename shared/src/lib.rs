@@ -5,6 +5,9 @@
 
 pub mod compiler;
 pub mod config;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod control;
 pub mod engine;
 pub mod error;
 pub mod hashing;

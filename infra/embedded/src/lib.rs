@@ -1,1 +1,24 @@
-//! Embedded adapters.
+//! Embedded adapters: the one-file SQLite [`SqliteStore`], the in-process
+//! [`LocalQueue`], and the [`Driver`] that runs the engine over them on one
+//! machine (what `vergence up` and `vergence serve` use).
+
+mod driver;
+mod error;
+mod queue;
+mod sqlite;
+
+pub use driver::{DriveMode, Driver, Progress};
+pub use error::EmbeddedError;
+pub use queue::LocalQueue;
+pub use sqlite::SqliteStore;
+
+#[cfg(test)]
+mod conformance {
+    use std::sync::Arc;
+
+    use super::SqliteStore;
+
+    vergence_core::store_conformance_tests!(async {
+        Arc::new(SqliteStore::in_memory().expect("in-memory store"))
+    });
+}

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use tracing::{debug, instrument, warn};
 
-use super::{Decision, Facts, UpstreamView, decide};
+use super::{Decision, Facts, Settled, UpstreamView, decide, settled};
 use crate::compiler::upstream_channels;
 use crate::error::{Error, Result};
 use crate::model::{
@@ -33,6 +33,8 @@ pub struct StepReport {
     pub events: Vec<Event>,
     pub dispatched: Vec<JobId>,
     pub next_check_at: Option<Timestamp>,
+    /// Whether the instance can get further by itself (see [`settled`]).
+    pub settled: Option<Settled>,
 }
 
 /// Runs convergence steps against the injected ports.
@@ -80,11 +82,12 @@ impl Engine {
                 return Ok(StepReport {
                     status: Some(record.state.status),
                     next_check_at: record.next_check_at,
+                    settled: Some(settled(&record)),
                     ..StepReport::default()
                 });
             }
             match self.persist(&record, &decision, now).await {
-                Ok(events) => {
+                Ok((events, stored)) => {
                     for job in &decision.jobs {
                         self.dispatch(job).await?;
                     }
@@ -95,6 +98,7 @@ impl Engine {
                         events,
                         dispatched: decision.jobs.iter().map(|j| j.id.clone()).collect(),
                         next_check_at: decision.next_check_at,
+                        settled: Some(settled(&stored)),
                     });
                 }
                 Err(Error::Conflict { what }) => {
@@ -113,7 +117,7 @@ impl Engine {
         record: &InstanceRecord,
         decision: &Decision,
         now: Timestamp,
-    ) -> Result<Vec<Event>> {
+    ) -> Result<(Vec<Event>, InstanceRecord)> {
         let mut next = record.clone();
         next.state = decision.state.clone();
         next.next_check_at = decision.next_check_at;
@@ -121,15 +125,16 @@ impl Engine {
         let mut events = decision.events.clone();
         let scope = format!("{}@{}", record.key.storage_id(), record.revision + 1);
         Event::assign_ids(&mut events, &scope);
-        self.store
+        next.revision = self
+            .store
             .commit(InstanceCommit {
-                change: InstanceChange::Put(Box::new(next)),
+                change: InstanceChange::Put(Box::new(next.clone())),
                 expected_revision: Some(record.revision),
                 new_jobs: decision.jobs.clone(),
                 events: events.clone(),
             })
             .await?;
-        Ok(events)
+        Ok((events, next))
     }
 
     async fn facts(&self, record: &InstanceRecord, now: Timestamp) -> Result<Facts> {

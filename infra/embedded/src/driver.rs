@@ -1,0 +1,224 @@
+//! The embedded engine loop: takes due instances from the [`LocalQueue`],
+//! steps them concurrently (never the same instance twice at once) and
+//! reports events as they happen. It runs until every instance is settled
+//! (`vergence up`) or until told to stop (`vergence up --watch`, `serve`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tracing::warn;
+
+use vergence_core::engine::{Engine, Settled, StepReport, settled};
+use vergence_core::model::{Event, InstanceKey};
+use vergence_core::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
+
+use crate::queue::LocalQueue;
+
+/// How often the store is asked for due instances, which also picks up
+/// releases and approvals recorded by other `vergence` processes.
+const STORE_POLL: Duration = Duration::from_secs(2);
+
+/// When to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriveMode {
+    /// Until every instance is converged, failed or waiting on a person,
+    /// on time, or on another channel that is itself settled.
+    UntilSettled,
+    /// Until the shutdown future completes.
+    Forever,
+}
+
+/// Receives what happens while driving.
+pub trait Progress: Send + Sync {
+    fn event(&self, event: &Event);
+    fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error);
+}
+
+/// Runs the engine over the embedded adapters.
+pub struct Driver {
+    engine: Engine,
+    store: Arc<dyn StateStore>,
+    queue: Arc<LocalQueue>,
+    clock: Arc<dyn Clock>,
+    max_parallel_steps: usize,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("max_parallel_steps", &self.max_parallel_steps)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    pub fn new(
+        engine: Engine,
+        store: Arc<dyn StateStore>,
+        queue: Arc<LocalQueue>,
+        clock: Arc<dyn Clock>,
+        max_parallel_steps: usize,
+    ) -> Self {
+        Self {
+            engine,
+            store,
+            queue,
+            clock,
+            max_parallel_steps: max_parallel_steps.max(1),
+        }
+    }
+
+    /// Drives until `mode` says stop or `shutdown` completes.
+    pub async fn run(
+        &self,
+        mode: DriveMode,
+        progress: Arc<dyn Progress>,
+        shutdown: impl Future<Output = ()>,
+    ) -> vergence_core::Result<()> {
+        let mut state = self.initial_state().await?;
+        let mut steps: JoinSet<(InstanceKey, vergence_core::Result<StepReport>)> = JoinSet::new();
+        let mut running: HashSet<InstanceKey> = HashSet::new();
+        let mut again: HashSet<InstanceKey> = HashSet::new();
+        let mut poll = tokio::time::interval(STORE_POLL);
+        tokio::pin!(shutdown);
+        loop {
+            if mode == DriveMode::UntilSettled
+                && steps.is_empty()
+                && self.nothing_due_now()
+                && all_settled(&state)
+            {
+                return Ok(());
+            }
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                key = self.queue.next(), if steps.len() < self.max_parallel_steps => {
+                    if running.contains(&key) {
+                        again.insert(key);
+                    } else {
+                        running.insert(key.clone());
+                        let engine = self.engine.clone();
+                        steps.spawn(async move {
+                            let result = engine.step(&key).await;
+                            (key, result)
+                        });
+                    }
+                }
+                Some(joined) = steps.join_next() => {
+                    let (key, result) = match joined {
+                        Ok(done) => done,
+                        Err(e) => {
+                            warn!(error = %e, "a step task panicked");
+                            continue;
+                        }
+                    };
+                    running.remove(&key);
+                    self.after_step(&key, result, &mut state, progress.as_ref()).await?;
+                    if again.remove(&key) {
+                        self.queue.enqueue(&[WorkItem { instance: key, not_before: self.clock.now() }]).await?;
+                    }
+                }
+                _ = poll.tick() => self.enqueue_due().await?,
+            }
+        }
+    }
+
+    async fn initial_state(&self) -> vergence_core::Result<BTreeMap<InstanceKey, Settled>> {
+        let records = self
+            .store
+            .list_instances(&InstanceFilter::default())
+            .await?;
+        let now = self.clock.now();
+        let mut items = Vec::new();
+        let mut state = BTreeMap::new();
+        for record in records {
+            if let Some(at) = record.next_check_at {
+                items.push(WorkItem {
+                    instance: record.key.clone(),
+                    not_before: at.min(now),
+                });
+            }
+            state.insert(record.key.clone(), settled(&record));
+        }
+        self.queue.enqueue(&items).await?;
+        Ok(state)
+    }
+
+    async fn after_step(
+        &self,
+        key: &InstanceKey,
+        result: vergence_core::Result<StepReport>,
+        state: &mut BTreeMap<InstanceKey, Settled>,
+        progress: &dyn Progress,
+    ) -> vergence_core::Result<()> {
+        match result {
+            Ok(report) => {
+                for event in &report.events {
+                    progress.event(event);
+                }
+                match report.settled {
+                    Some(s) => state.insert(key.clone(), s),
+                    None => state.remove(key),
+                };
+            }
+            Err(e) => {
+                progress.step_failed(key, &e);
+                // Retry soon; a persistent failure shows up on every attempt.
+                let at = self
+                    .clock
+                    .now()
+                    .checked_add(jiff::SignedDuration::from_secs(5))
+                    .unwrap_or_else(|_| self.clock.now());
+                self.queue
+                    .enqueue(&[WorkItem {
+                        instance: key.clone(),
+                        not_before: at,
+                    }])
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn nothing_due_now(&self) -> bool {
+        self.queue
+            .next_due_at()
+            .is_none_or(|at| at > self.clock.now())
+    }
+
+    async fn enqueue_due(&self) -> vergence_core::Result<()> {
+        let now = self.clock.now();
+        let due = self.store.due_instances(now, 1000).await?;
+        let items: Vec<WorkItem> = due
+            .into_iter()
+            .map(|instance| WorkItem {
+                instance,
+                not_before: now,
+            })
+            .collect();
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.queue.enqueue(&items).await
+    }
+}
+
+/// True when no instance can get further without a person, time, or a
+/// settled upstream channel.
+fn all_settled(state: &BTreeMap<InstanceKey, Settled>) -> bool {
+    state.keys().all(|key| is_settled(key, state, 0))
+}
+
+fn is_settled(key: &InstanceKey, state: &BTreeMap<InstanceKey, Settled>, depth: usize) -> bool {
+    match state.get(key) {
+        None => true,
+        Some(Settled::Progressing) => false,
+        Some(Settled::Upstream(channel)) => {
+            // Preconditions cannot form cycles; the bound is a guard.
+            depth < 64 && is_settled(&key.in_channel(channel), state, depth + 1)
+        }
+        Some(_) => true,
+    }
+}

@@ -1,0 +1,83 @@
+//! Errors of the embedded adapters, converted to the core's error at the
+//! port boundary with whether retrying can help.
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the state store {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{operation}: {source}")]
+    Sql {
+        operation: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{operation}: cannot encode a record: {source}")]
+    Encode {
+        operation: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "{operation}: a stored record is unreadable (written by another version of vergence?): {source}"
+    )]
+    Decode {
+        operation: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{what} was changed concurrently")]
+    Conflict { what: String },
+    #[error("{what} is corrupt: {message}")]
+    Corrupt { what: String, message: String },
+}
+
+impl EmbeddedError {
+    pub(crate) fn sql(operation: &'static str, source: rusqlite::Error) -> Self {
+        EmbeddedError::Sql { operation, source }
+    }
+
+    /// Another process holding the database lock past the busy timeout is
+    /// worth retrying; anything else is not.
+    fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            EmbeddedError::Sql {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            } if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
+    }
+
+    fn operation(&self) -> &'static str {
+        match self {
+            EmbeddedError::Sql { operation, .. }
+            | EmbeddedError::Encode { operation, .. }
+            | EmbeddedError::Decode { operation, .. } => operation,
+            EmbeddedError::CreateDir { .. } | EmbeddedError::Open { .. } => "open",
+            EmbeddedError::Conflict { .. } | EmbeddedError::Corrupt { .. } => "read",
+        }
+    }
+}
+
+impl From<EmbeddedError> for vergence_core::Error {
+    fn from(error: EmbeddedError) -> Self {
+        match error {
+            EmbeddedError::Conflict { what } => vergence_core::Error::Conflict { what },
+            other => vergence_core::Error::Store {
+                operation: other.operation(),
+                retryable: other.is_busy(),
+                source: Box::new(other),
+            },
+        }
+    }
+}

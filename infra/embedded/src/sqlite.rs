@@ -1,0 +1,632 @@
+//! The embedded state store: one SQLite file (WAL mode), so several
+//! `vergence` processes on one machine (an `up --watch` and a `release`)
+//! share state safely. Records are stored as JSON with the columns needed for
+//! lookups beside them; every instance write checks the revision in SQL.
+//!
+//! Calls run synchronously under a mutex: SQLite work here takes well under
+//! a millisecond, and the embedded mode serves one machine.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use vergence_core::model::{
+    ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId, JobRecord,
+    JobResult, JobState, Release, ServiceName,
+};
+use vergence_core::ports::{
+    ApprovalStore, ConfigSnapshot, ConfigStore, CurrentConfig, EventStore, InstanceChange,
+    InstanceCommit, InstanceFilter, InstanceStore, JobStore, ReleaseStore,
+};
+
+use crate::error::EmbeddedError;
+
+type Result<T> = vergence_core::Result<T>;
+
+const SCHEMA: &str = r"
+CREATE TABLE IF NOT EXISTS snapshots (
+    hash TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS current_config (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    hash TEXT NOT NULL,
+    revision INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    application TEXT NOT NULL,
+    service TEXT NOT NULL,
+    release_channel TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    next_check_at INTEGER,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS instances_due ON instances (next_check_at) WHERE next_check_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    instance TEXT NOT NULL,
+    state TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS releases (
+    application TEXT NOT NULL,
+    service TEXT NOT NULL,
+    version TEXT NOT NULL,
+    pushed_seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (application, service, version)
+);
+CREATE INDEX IF NOT EXISTS releases_latest ON releases (application, service, pushed_seq);
+CREATE TABLE IF NOT EXISTS approvals (
+    instance TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_instance ON approvals (instance);
+CREATE TABLE IF NOT EXISTS events (
+    id TEXT PRIMARY KEY,
+    application TEXT NOT NULL,
+    service TEXT,
+    release_channel TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_application ON events (application, id);
+";
+
+/// The SQLite state store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, and its directory.
+    pub fn open(path: &Path) -> std::result::Result<Self, EmbeddedError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| EmbeddedError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|source| EmbeddedError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::init(conn, &path.display().to_string())
+    }
+
+    /// A private store that lives as long as the value (for tests).
+    pub fn in_memory() -> std::result::Result<Self, EmbeddedError> {
+        let conn = Connection::open_in_memory().map_err(|source| EmbeddedError::Open {
+            path: ":memory:".into(),
+            source,
+        })?;
+        Self::init(conn, ":memory:")
+    }
+
+    fn init(conn: Connection, path: &str) -> std::result::Result<Self, EmbeddedError> {
+        let setup = || -> rusqlite::Result<()> {
+            // WAL lets readers (vergence status) work while a writer runs;
+            // NORMAL sync is durable across process crashes, which is what
+            // a local control plane needs.
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.execute_batch(SCHEMA)
+        };
+        setup().map_err(|source| EmbeddedError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent
+        // (transactions roll back on drop), so a poisoned lock is usable.
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `work` in an immediate transaction (takes the write lock first,
+    /// so read-modify-write sequences cannot interleave across processes).
+    fn write<T>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&Transaction<'_>) -> std::result::Result<T, EmbeddedError>,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| EmbeddedError::sql(operation, e))?;
+        let value = work(&tx)?;
+        tx.commit().map_err(|e| EmbeddedError::sql(operation, e))?;
+        Ok(value)
+    }
+}
+
+fn to_json<T: Serialize>(
+    operation: &'static str,
+    value: &T,
+) -> std::result::Result<String, EmbeddedError> {
+    serde_json::to_string(value).map_err(|source| EmbeddedError::Encode { operation, source })
+}
+
+fn from_json<T: DeserializeOwned>(
+    operation: &'static str,
+    body: &str,
+) -> std::result::Result<T, EmbeddedError> {
+    serde_json::from_str(body).map_err(|source| EmbeddedError::Decode { operation, source })
+}
+
+fn millis(at: Timestamp) -> i64 {
+    at.as_millisecond()
+}
+
+fn conflict(what: impl Into<String>) -> EmbeddedError {
+    EmbeddedError::Conflict { what: what.into() }
+}
+
+#[async_trait]
+impl ConfigStore for SqliteStore {
+    async fn put_snapshot(&self, snapshot: &ConfigSnapshot) -> Result<()> {
+        let body = to_json("put_snapshot", snapshot)?;
+        self.write("put_snapshot", |tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO snapshots (hash, created_at, body) VALUES (?1, ?2, ?3)",
+                params![snapshot.hash, millis(snapshot.created_at), body],
+            )
+            .map_err(|e| EmbeddedError::sql("put_snapshot", e))?;
+            Ok(())
+        })
+    }
+
+    async fn get_snapshot(&self, hash: &str) -> Result<Option<ConfigSnapshot>> {
+        let body: Option<String> = self
+            .conn()
+            .query_row("SELECT body FROM snapshots WHERE hash = ?1", [hash], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| EmbeddedError::sql("get_snapshot", e))?;
+        Ok(body.map(|b| from_json("get_snapshot", &b)).transpose()?)
+    }
+
+    async fn current_config(&self) -> Result<Option<CurrentConfig>> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT hash, revision FROM current_config WHERE id = 1",
+                [],
+                |r| {
+                    Ok(CurrentConfig {
+                        hash: r.get(0)?,
+                        revision: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| EmbeddedError::sql("current_config", e))?;
+        Ok(row)
+    }
+
+    async fn set_current_config(&self, hash: &str, expected_revision: Option<u64>) -> Result<u64> {
+        self.write("set_current_config", |tx| {
+            let current: Option<u64> = tx
+                .query_row(
+                    "SELECT revision FROM current_config WHERE id = 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| EmbeddedError::sql("set_current_config", e))?;
+            if current != expected_revision {
+                return Err(conflict("the current config pointer"));
+            }
+            let next = current.unwrap_or(0) + 1;
+            tx.execute(
+                "INSERT INTO current_config (id, hash, revision) VALUES (1, ?1, ?2)
+                 ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, revision = excluded.revision",
+                params![hash, next],
+            )
+            .map_err(|e| EmbeddedError::sql("set_current_config", e))?;
+            Ok(next)
+        })
+    }
+}
+
+fn insert_events(tx: &Transaction<'_>, events: &[Event]) -> std::result::Result<(), EmbeddedError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO events (id, application, service, release_channel, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(|e| EmbeddedError::sql("insert_events", e))?;
+    for event in events {
+        stmt.execute(params![
+            event.id,
+            event.application.as_str(),
+            event.service.as_ref().map(ServiceName::as_str),
+            event.release_channel.as_ref().map(|c| c.as_str()),
+            to_json("insert_events", event)?
+        ])
+        .map_err(|e| EmbeddedError::sql("insert_events", e))?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl InstanceStore for SqliteStore {
+    async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>> {
+        let row: Option<(String, u64)> = self
+            .conn()
+            .query_row(
+                "SELECT body, revision FROM instances WHERE id = ?1",
+                [key.storage_id()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| EmbeddedError::sql("get_instance", e))?;
+        Ok(row
+            .map(|(body, revision)| decode_instance(&body, revision))
+            .transpose()?)
+    }
+
+    async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT body, revision FROM instances
+                 WHERE (?1 IS NULL OR application = ?1) AND (?2 IS NULL OR service = ?2)
+                   AND (?3 IS NULL OR release_channel = ?3)
+                 ORDER BY id",
+            )
+            .map_err(|e| EmbeddedError::sql("list_instances", e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.application.as_ref().map(ApplicationName::as_str),
+                    filter.service.as_ref().map(ServiceName::as_str),
+                    filter.release_channel.as_ref().map(|c| c.as_str())
+                ],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)),
+            )
+            .map_err(|e| EmbeddedError::sql("list_instances", e))?;
+        let mut records = Vec::new();
+        for row in rows {
+            let (body, revision) = row.map_err(|e| EmbeddedError::sql("list_instances", e))?;
+            records.push(decode_instance(&body, revision)?);
+        }
+        Ok(records)
+    }
+
+    async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id FROM instances WHERE next_check_at IS NOT NULL AND next_check_at <= ?1
+                 ORDER BY next_check_at, id LIMIT ?2",
+            )
+            .map_err(|e| EmbeddedError::sql("due_instances", e))?;
+        let ids = stmt
+            .query_map(params![millis(now), limit as i64], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(|e| EmbeddedError::sql("due_instances", e))?;
+        let mut keys = Vec::new();
+        for id in ids {
+            let id = id.map_err(|e| EmbeddedError::sql("due_instances", e))?;
+            keys.push(InstanceKey::parse_storage_id(&id).map_err(|message| {
+                EmbeddedError::Corrupt {
+                    what: format!("instance id {id}"),
+                    message,
+                }
+            })?);
+        }
+        Ok(keys)
+    }
+
+    async fn commit(&self, commit: InstanceCommit) -> Result<u64> {
+        let key = commit.change.key().clone();
+        let id = key.storage_id();
+        self.write("commit", |tx| {
+            let current: Option<u64> = tx
+                .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| r.get(0))
+                .optional()
+                .map_err(|e| EmbeddedError::sql("commit", e))?;
+            if current != commit.expected_revision {
+                return Err(conflict(format!("instance {key}")));
+            }
+            let revision = match &commit.change {
+                InstanceChange::Put(record) => {
+                    let next = current.unwrap_or(0) + 1;
+                    let mut stored = (**record).clone();
+                    stored.revision = next;
+                    tx.execute(
+                        "INSERT INTO instances (id, application, service, release_channel, revision, next_check_at, body)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                         ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,
+                           next_check_at = excluded.next_check_at, body = excluded.body",
+                        params![
+                            id,
+                            key.application.as_str(),
+                            key.service.as_str(),
+                            key.release_channel.as_str(),
+                            next,
+                            stored.next_check_at.map(millis),
+                            to_json("commit", &stored)?
+                        ],
+                    )
+                    .map_err(|e| EmbeddedError::sql("commit", e))?;
+                    next
+                }
+                InstanceChange::Delete(_) => {
+                    tx.execute("DELETE FROM instances WHERE id = ?1", [&id])
+                        .map_err(|e| EmbeddedError::sql("commit", e))?;
+                    0
+                }
+            };
+            for job in &commit.new_jobs {
+                let inserted = tx
+                    .execute(
+                        "INSERT OR IGNORE INTO jobs (id, instance, state, body) VALUES (?1, ?2, ?3, ?4)",
+                        params![job.id.as_str(), id, state_name(&job.state), to_json("commit", job)?],
+                    )
+                    .map_err(|e| EmbeddedError::sql("commit", e))?;
+                if inserted == 0 {
+                    return Err(conflict(format!("job {} (already recorded)", job.id)));
+                }
+            }
+            insert_events(tx, &commit.events)?;
+            Ok(revision)
+        })
+    }
+}
+
+fn decode_instance(
+    body: &str,
+    revision: u64,
+) -> std::result::Result<InstanceRecord, EmbeddedError> {
+    let mut record: InstanceRecord = from_json("instance", body)?;
+    record.revision = revision;
+    Ok(record)
+}
+
+fn state_name(state: &JobState) -> &'static str {
+    match state {
+        JobState::Created => "created",
+        JobState::Dispatched { .. } => "dispatched",
+        JobState::Finished { .. } => "finished",
+    }
+}
+
+impl SqliteStore {
+    /// Rewrites a job's state if `allowed` says the current one may change.
+    fn transition_job(
+        &self,
+        operation: &'static str,
+        id: &JobId,
+        allowed: impl Fn(&JobState) -> bool,
+        next: JobState,
+    ) -> Result<bool> {
+        self.write(operation, |tx| {
+            let body: Option<String> = tx
+                .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(|e| EmbeddedError::sql(operation, e))?;
+            let Some(body) = body else { return Ok(false) };
+            let mut job: JobRecord = from_json(operation, &body)?;
+            if !allowed(&job.state) {
+                return Ok(false);
+            }
+            job.state = next;
+            tx.execute(
+                "UPDATE jobs SET state = ?2, body = ?3 WHERE id = ?1",
+                params![
+                    id.as_str(),
+                    state_name(&job.state),
+                    to_json(operation, &job)?
+                ],
+            )
+            .map_err(|e| EmbeddedError::sql(operation, e))?;
+            Ok(true)
+        })
+    }
+}
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>> {
+        let body: Option<String> = self
+            .conn()
+            .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| EmbeddedError::sql("get_job", e))?;
+        Ok(body.map(|b| from_json("get_job", &b)).transpose()?)
+    }
+
+    async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool> {
+        self.transition_job(
+            "claim_job",
+            id,
+            |s| *s == JobState::Created,
+            JobState::Dispatched { at },
+        )
+    }
+
+    async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
+        self.transition_job(
+            "finish_job",
+            id,
+            |s| !matches!(s, JobState::Finished { .. }),
+            JobState::Finished {
+                result: result.clone(),
+            },
+        )
+    }
+}
+
+#[async_trait]
+impl ReleaseStore for SqliteStore {
+    async fn put_release(&self, release: &Release) -> Result<()> {
+        self.write("put_release", |tx| {
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT body FROM releases WHERE application = ?1 AND service = ?2 AND version = ?3",
+                    params![release.application.as_str(), release.service.as_str(), release.version],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            let next_seq: i64 = tx
+                .query_row("SELECT COALESCE(MAX(pushed_seq), 0) + 1 FROM releases", [], |r| r.get(0))
+                .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            match existing {
+                Some(body) => {
+                    let stored: Release = from_json("put_release", &body)?;
+                    if stored.params != release.params {
+                        return Err(conflict(format!(
+                            "release {} of {} (it exists with other parameters; versions are immutable)",
+                            release.version, release.service
+                        )));
+                    }
+                    tx.execute(
+                        "UPDATE releases SET pushed_seq = ?4 WHERE application = ?1 AND service = ?2 AND version = ?3",
+                        params![release.application.as_str(), release.service.as_str(), release.version, next_seq],
+                    )
+                }
+                None => tx.execute(
+                    "INSERT INTO releases (application, service, version, pushed_seq, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        release.application.as_str(),
+                        release.service.as_str(),
+                        release.version,
+                        next_seq,
+                        to_json("put_release", release)?
+                    ],
+                ),
+            }
+            .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            Ok(())
+        })
+    }
+
+    async fn latest_release(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+    ) -> Result<Option<Release>> {
+        Ok(self
+            .list_releases(application, service, 1)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn list_releases(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        limit: usize,
+    ) -> Result<Vec<Release>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT body FROM releases WHERE application = ?1 AND service = ?2 ORDER BY pushed_seq DESC LIMIT ?3",
+            )
+            .map_err(|e| EmbeddedError::sql("list_releases", e))?;
+        let rows = stmt
+            .query_map(
+                params![application.as_str(), service.as_str(), limit as i64],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| EmbeddedError::sql("list_releases", e))?;
+        let mut releases = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_releases", e))?;
+            releases.push(from_json("list_releases", &body)?);
+        }
+        Ok(releases)
+    }
+}
+
+#[async_trait]
+impl ApprovalStore for SqliteStore {
+    async fn put_approval(&self, approval: &Approval) -> Result<()> {
+        let body = to_json("put_approval", approval)?;
+        self.write("put_approval", |tx| {
+            tx.execute(
+                "INSERT INTO approvals (instance, body) VALUES (?1, ?2)",
+                params![approval.instance.storage_id(), body],
+            )
+            .map_err(|e| EmbeddedError::sql("put_approval", e))?;
+            Ok(())
+        })
+    }
+
+    async fn list_approvals(&self, key: &InstanceKey) -> Result<Vec<Approval>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT body FROM approvals WHERE instance = ?1 ORDER BY rowid")
+            .map_err(|e| EmbeddedError::sql("list_approvals", e))?;
+        let rows = stmt
+            .query_map([key.storage_id()], |r| r.get::<_, String>(0))
+            .map_err(|e| EmbeddedError::sql("list_approvals", e))?;
+        let mut approvals = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_approvals", e))?;
+            approvals.push(from_json("list_approvals", &body)?);
+        }
+        Ok(approvals)
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn append_events(&self, events: &[Event]) -> Result<()> {
+        self.write("append_events", |tx| insert_events(tx, events))
+    }
+
+    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT body FROM events
+                 WHERE (?1 IS NULL OR application = ?1) AND (?2 IS NULL OR service = ?2)
+                   AND (?3 IS NULL OR release_channel = ?3)
+                 ORDER BY id DESC LIMIT ?4",
+            )
+            .map_err(|e| EmbeddedError::sql("list_events", e))?;
+        let limit = filter.limit.map_or(-1, |l| l as i64);
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.application.as_ref().map(ApplicationName::as_str),
+                    filter.service.as_ref().map(ServiceName::as_str),
+                    filter.release_channel.as_ref().map(|c| c.as_str()),
+                    limit
+                ],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| EmbeddedError::sql("list_events", e))?;
+        let mut events = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_events", e))?;
+            events.push(from_json("list_events", &body)?);
+        }
+        events.reverse();
+        Ok(events)
+    }
+}
