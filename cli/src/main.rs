@@ -1,1 +1,58 @@
-fn main() {}
+//! `vergence`: the command line. Parses arguments, sets up logging, runs the
+//! command and turns errors into one clear line and a non-zero exit.
+
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let global = &cli.global;
+    let result = runtime.block_on(async {
+        match &cli.command {
+            Command::Validate => commands::validate(global),
+            Command::Up(args) => commands::up(global, args).await,
+            Command::Status(args) => commands::status(global, args).await,
+            Command::Release(args) => commands::release(global, args).await,
+            Command::Approve(args) => commands::approve(global, args).await,
+            Command::Events(args) => commands::events(global, args).await,
+            Command::Plan => commands::plan(global).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            // One line: the error and its causes.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

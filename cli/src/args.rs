@@ -1,0 +1,136 @@
+//! The command line, as users' scripts see it. Keep it stable.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vergence",
+    version,
+    about = "Intent-based deployments: declare what runs where, Vergence converges it.",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// The config directory (its *.yaml files, searched recursively).
+    #[arg(long, global = true, default_value = ".", value_name = "DIR")]
+    pub config: PathBuf,
+    /// The state file [default: <config>/.vergence/state.db]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// More logging (-v info, -vv debug); RUST_LOG also works.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl Global {
+    pub fn state_path(&self) -> PathBuf {
+        self.state
+            .clone()
+            .unwrap_or_else(|| self.config.join(".vergence").join("state.db"))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check the config; exit 0 if valid, 1 with every error.
+    Validate,
+    /// Store the config and converge every instance.
+    ///
+    /// Exits 0 when all converged, 2 when any failed, 3 when some wait on
+    /// something outside (an approval, a soak, a release).
+    Up(UpArgs),
+    /// Show every instance's status.
+    Status(StatusArgs),
+    /// Push a release: a new version of a service, with its parameters.
+    Release(ReleaseArgs),
+    /// Approve a version for one release channel.
+    Approve(ApproveArgs),
+    /// Show the audit trail.
+    Events(EventsArgs),
+    /// Show what applying the config would change, without running anything.
+    Plan,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Keep converging and detect drift at the fetch intervals, until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub max_jobs: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct Filter {
+    /// Only this application.
+    #[arg(long = "app", value_name = "APP")]
+    pub application: Option<String>,
+    /// Only this service.
+    #[arg(long, value_name = "SERVICE")]
+    pub service: Option<String>,
+    /// Only this release channel.
+    #[arg(long, value_name = "RC")]
+    pub release_channel: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub filter: Filter,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The service to release.
+    pub service: String,
+    /// The new version (v42, 1.2.3, sha-abc1234).
+    pub version: String,
+    /// The service's application (needed only when several have this service).
+    #[arg(long = "app", value_name = "APP")]
+    pub application: Option<String>,
+    /// A release parameter; repeatable.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub params: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+    #[arg(long, value_name = "RC")]
+    pub release_channel: String,
+    #[arg(long, value_name = "SERVICE")]
+    pub service: String,
+    /// The version to approve [default: the instance's desired version].
+    #[arg(long)]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    pub filter: Filter,
+    /// Only the newest N events.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}

@@ -1,0 +1,291 @@
+//! What each command does, over the embedded adapters.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail};
+use vergence_core::config::ConfigBundle;
+use vergence_core::control::Control;
+use vergence_core::engine::{Engine, JobCompletion};
+use vergence_core::model::{EventFilter, InstanceKey, Status};
+use vergence_core::ports::{Clock, InstanceFilter, StateStore, SystemClock};
+use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
+use vergence_runner_local::LocalRunner;
+
+use crate::args::{ApproveArgs, EventsArgs, Filter, Global, Output, ReleaseArgs, StatusArgs, UpArgs};
+use crate::output;
+
+/// Exit codes of `vergence up` (a contract for scripts).
+pub const EXIT_FAILED: u8 = 2;
+pub const EXIT_WAITING: u8 = 3;
+
+/// Who CLI actions are attributed to in events.
+fn actor() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("cli:{user}")
+}
+
+/// The store and control operations over it.
+struct Local {
+    store: Arc<dyn StateStore>,
+    queue: Arc<LocalQueue>,
+    clock: Arc<dyn Clock>,
+    control: Control,
+}
+
+impl Local {
+    fn open(path: &Path) -> Result<Self> {
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(path)?);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let queue = Arc::new(LocalQueue::new(clock.clone()));
+        let control = Control::new(store.clone(), queue.clone(), clock.clone());
+        Ok(Self {
+            store,
+            queue,
+            clock,
+            control,
+        })
+    }
+
+    /// Opens an existing store: reading commands never create one.
+    fn existing(global: &Global) -> Result<Self> {
+        let path = global.state_path();
+        if !path.exists() {
+            bail!(
+                "no Vergence state at {}; run `vergence up` in the config directory first (or pass --state)",
+                path.display()
+            );
+        }
+        Self::open(&path)
+    }
+}
+
+fn load_bundle(config: &Path) -> Result<ConfigBundle> {
+    Ok(ConfigBundle::from_dir(config)?)
+}
+
+/// Prints every config error, one per line, and a count.
+fn report_config_errors(error: &vergence_core::Error) -> bool {
+    if let vergence_core::Error::Config(errors) = error {
+        for e in errors.iter() {
+            eprintln!("{e}");
+        }
+        eprintln!("{} error(s); nothing was stored", errors.len());
+        return true;
+    }
+    false
+}
+
+pub fn validate(global: &Global) -> Result<u8> {
+    let bundle = load_bundle(&global.config)?;
+    match Control::validate(&bundle) {
+        Ok(model) => {
+            let instances = model.instance_keys().len();
+            println!(
+                "config is valid: {} application(s), {} runtime(s), {instances} service instance(s)",
+                model.applications.len(),
+                model.runtimes.len()
+            );
+            Ok(0)
+        }
+        Err(e) if report_config_errors(&e) => Ok(1),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Prints events as they happen during `up`.
+struct LiveProgress;
+
+impl Progress for LiveProgress {
+    fn event(&self, event: &vergence_core::model::Event) {
+        println!("{}", output::event_line(event));
+    }
+
+    fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error) {
+        eprintln!("warning: step of {key} failed: {error}; retrying");
+    }
+}
+
+pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
+    let bundle = load_bundle(&global.config)?;
+    // Checked before the store is opened: a rejected config stores nothing.
+    if let Err(e) = Control::validate(&bundle) {
+        if report_config_errors(&e) {
+            return Ok(1);
+        }
+        return Err(e.into());
+    }
+    let local = Local::open(&global.state_path())?;
+    let actor = actor();
+    let report = local.control.apply_config(bundle, &actor).await?;
+    println!(
+        "config {}: {} instance(s) added, {} updated, {} removed, {} unchanged",
+        &report.hash[..10],
+        report.added.len(),
+        report.updated.len(),
+        report.removed.len(),
+        report.unchanged
+    );
+    // Rerunning `up` means "look again": fetch afresh, retry what failed.
+    local.control.request_checks(&InstanceFilter::default(), &actor).await?;
+
+    let sink = Arc::new(JobCompletion::new(local.store.clone(), local.queue.clone(), local.clock.clone()));
+    let runner = Arc::new(LocalRunner::new(sink, args.max_jobs));
+    let engine = Engine::new(local.store.clone(), local.queue.clone(), runner, local.clock.clone());
+    let driver = Driver::new(engine, local.store.clone(), local.queue.clone(), local.clock.clone(), args.max_jobs.max(4));
+    let mode = if args.watch { DriveMode::Forever } else { DriveMode::UntilSettled };
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shutdown = {
+        let interrupted = interrupted.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    };
+    driver.run(mode, Arc::new(LiveProgress), shutdown).await?;
+
+    let records = local.control.status(&InstanceFilter::default()).await?;
+    println!();
+    output::status_table(&mut std::io::stdout().lock(), &records)?;
+    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        eprintln!("interrupted; jobs already started keep running and are picked up by the next `vergence up`");
+        return Ok(130);
+    }
+    Ok(up_exit_code(records.iter().map(|r| r.state.status)))
+}
+
+/// 0 when all converged, 2 when any failed, 3 when some wait.
+pub fn up_exit_code(statuses: impl Iterator<Item = Status>) -> u8 {
+    let mut code = 0;
+    for status in statuses {
+        match status {
+            Status::Converged => {}
+            Status::Failed => return EXIT_FAILED,
+            _ => code = EXIT_WAITING,
+        }
+    }
+    code
+}
+
+fn filter(f: &Filter) -> Result<InstanceFilter> {
+    Ok(InstanceFilter {
+        application: f.application.as_deref().map(str::parse).transpose().map_err(|e| anyhow!("--app: {e}"))?,
+        service: f.service.as_deref().map(str::parse).transpose().map_err(|e| anyhow!("--service: {e}"))?,
+        release_channel: f
+            .release_channel
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow!("--release-channel: {e}"))?,
+    })
+}
+
+pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let records = local.control.status(&filter(&args.filter)?).await?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Json => output::status_json(&mut out, &records)?,
+        Output::Table if records.is_empty() => writeln!(out, "no instances match")?,
+        Output::Table => output::status_table(&mut out, &records)?,
+    }
+    Ok(0)
+}
+
+fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
+    let mut params = BTreeMap::new();
+    for pair in raw {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--param {pair:?}: write NAME=VALUE"))?;
+        if params.insert(name.to_owned(), value.to_owned()).is_some() {
+            bail!("--param {name} is given twice");
+        }
+    }
+    Ok(params)
+}
+
+pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
+    let params = parse_params(&args.params)?;
+    let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
+    let application = args
+        .application
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| anyhow!("--app: {e}"))?;
+    let local = Local::existing(global)?;
+    let release = local
+        .control
+        .push_release(application, &service, &args.version, &params, &actor())
+        .await?;
+    println!(
+        "release {} of {}/{} recorded; run `vergence up` (or keep `vergence up --watch` running) to roll it out",
+        release.version, release.application, release.service
+    );
+    Ok(0)
+}
+
+pub async fn approve(global: &Global, args: &ApproveArgs) -> Result<u8> {
+    let key = InstanceKey::new(
+        args.application.parse().map_err(|e| anyhow!("--app: {e}"))?,
+        args.service.parse().map_err(|e| anyhow!("--service: {e}"))?,
+        args.release_channel.parse().map_err(|e| anyhow!("--release-channel: {e}"))?,
+    );
+    let local = Local::existing(global)?;
+    let approval = local.control.approve(&key, args.version.as_deref(), &actor()).await?;
+    println!("approved {} of {} for {}", approval.version, key.service, key.release_channel);
+    Ok(0)
+}
+
+pub async fn events(global: &Global, args: &EventsArgs) -> Result<u8> {
+    let f = filter(&args.filter)?;
+    let local = Local::existing(global)?;
+    let events = local
+        .control
+        .events(&EventFilter {
+            application: f.application,
+            service: f.service,
+            release_channel: f.release_channel,
+            limit: Some(args.limit),
+        })
+        .await?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "events": events }))?;
+            writeln!(out)?;
+        }
+        Output::Table => output::events_table(&mut out, &events)?,
+    }
+    Ok(0)
+}
+
+pub async fn plan(global: &Global) -> Result<u8> {
+    let bundle = load_bundle(&global.config)?;
+    if let Err(e) = Control::validate(&bundle) {
+        if report_config_errors(&e) {
+            return Ok(1);
+        }
+        return Err(e.into());
+    }
+    // Planning reads state if there is some, and never creates it.
+    let path: PathBuf = global.state_path();
+    let entries = if path.exists() {
+        Local::open(&path)?.control.plan(&bundle).await?
+    } else {
+        let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory()?);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        Control::new(store, Arc::new(LocalQueue::new(clock.clone())), clock)
+            .plan(&bundle)
+            .await
+            .context("planning")?
+    };
+    output::plan_table(&mut std::io::stdout().lock(), &entries)?;
+    Ok(0)
+}

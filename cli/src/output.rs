@@ -1,0 +1,177 @@
+//! How the CLI shows things: aligned tables for people, JSON for scripts.
+
+use std::io::Write;
+
+use serde::Serialize;
+use vergence_core::control::{PlanAction, PlanEntry};
+use vergence_core::model::{Event, EventKind, InstanceRecord};
+
+/// Writes rows as columns separated by two spaces; the last column is not padded.
+pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |out: &mut dyn Write, cells: Vec<&str>| -> std::io::Result<()> {
+        let last = cells.len().saturating_sub(1);
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == last {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(out, header.to_vec())?;
+    for row in rows {
+        line(out, row.iter().map(String::as_str).collect())?;
+    }
+    Ok(())
+}
+
+/// One instance in `vergence status --output json` (a contract for scripts).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView<'a> {
+    pub application: &'a str,
+    pub service: &'a str,
+    pub release_channel: &'a str,
+    pub desired_version: Option<&'a str>,
+    pub current_version: Option<&'a str>,
+    pub status: &'a str,
+    pub reason: &'a str,
+}
+
+impl<'a> InstanceView<'a> {
+    pub fn of(record: &'a InstanceRecord) -> Self {
+        Self {
+            application: record.key.application.as_str(),
+            service: record.key.service.as_str(),
+            release_channel: record.key.release_channel.as_str(),
+            desired_version: record.desired.version(),
+            current_version: record.state.current_version.as_deref(),
+            status: record.state.status.as_str(),
+            reason: &record.state.reason,
+        }
+    }
+}
+
+pub fn status_table(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            let v = InstanceView::of(r);
+            vec![
+                v.application.to_owned(),
+                v.service.to_owned(),
+                v.release_channel.to_owned(),
+                v.desired_version.unwrap_or("-").to_owned(),
+                v.current_version.unwrap_or("-").to_owned(),
+                v.status.to_owned(),
+                v.reason.to_owned(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["APPLICATION", "SERVICE", "CHANNEL", "DESIRED", "CURRENT", "STATUS", "REASON"],
+        &rows,
+    )
+}
+
+pub fn status_json(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
+    #[derive(Serialize)]
+    struct Status<'a> {
+        instances: Vec<InstanceView<'a>>,
+    }
+    let body = Status {
+        instances: records.iter().map(InstanceView::of).collect(),
+    };
+    serde_json::to_writer_pretty(&mut *out, &body)?;
+    writeln!(out)
+}
+
+/// `shop/web@prod` or just the application for events about no instance.
+pub fn event_subject(event: &Event) -> String {
+    match (&event.service, &event.release_channel) {
+        (Some(s), Some(rc)) => format!("{}/{s}@{rc}", event.application),
+        (Some(s), None) => format!("{}/{s}", event.application),
+        _ => event.application.to_string(),
+    }
+}
+
+/// One event as a line of live progress.
+pub fn event_line(event: &Event) -> String {
+    let time = event.at.strftime("%H:%M:%S");
+    let what = match &event.kind {
+        EventKind::StatusChanged { from, to } => format!("{from} → {to}: {}", event.message),
+        _ => event.message.clone(),
+    };
+    format!("{time}  {:<28}  {what}", event_subject(event))
+}
+
+pub fn events_table(out: &mut impl Write, events: &[Event]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            let what = match &e.kind {
+                EventKind::StatusChanged { from, to } => format!("{from} → {to}: {}", e.message),
+                _ => e.message.clone(),
+            };
+            vec![
+                e.at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+                event_subject(e),
+                e.kind.name().to_owned(),
+                e.actor.clone(),
+                what,
+            ]
+        })
+        .collect();
+    table(out, &["TIME (UTC)", "INSTANCE", "EVENT", "ACTOR", "MESSAGE"], &rows)
+}
+
+pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let action = match e.action {
+                PlanAction::Add => "add",
+                PlanAction::Update => "update",
+                PlanAction::Reconfigure => "reconfigure",
+                PlanAction::NoChange => "no change",
+                PlanAction::Remove => "remove",
+                PlanAction::WaitForRelease => "wait for release",
+            };
+            let versions = format!(
+                "{} → {}",
+                e.current_version.as_deref().unwrap_or("-"),
+                e.desired_version.as_deref().unwrap_or("-")
+            );
+            vec![e.instance.to_string(), action.to_owned(), versions, e.notes.join("; ")]
+        })
+        .collect();
+    table(out, &["INSTANCE", "ACTION", "VERSION", "NOTES"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_and_leave_the_last_unpadded() {
+        let mut out = Vec::new();
+        table(
+            &mut out,
+            &["A", "BB", "C"],
+            &[vec!["xxx".into(), "y".into(), "last".into()]],
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "A    BB  C\nxxx  y   last\n");
+    }
+}

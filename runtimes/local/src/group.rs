@@ -1,0 +1,153 @@
+//! A job's process group. Every job runs in a group of its own so that
+//! signals reach everything it started (a shell script's background children
+//! included), and so that nothing it started outlives a timeout or a
+//! cancelled job.
+
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::Child;
+
+/// How long a timed-out job gets between SIGTERM and SIGKILL.
+pub(crate) const TERM_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the group is checked while it shuts down.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The group led by a job's process. While armed, dropping it kills the
+/// group: that happens only when the job's future is dropped half-way
+/// (runtime shutdown, cancellation), which must not leave processes behind.
+#[derive(Debug)]
+pub(crate) struct ProcessGroup {
+    pgid: Option<Pid>,
+    armed: bool,
+}
+
+impl ProcessGroup {
+    /// The group of a child spawned with `process_group(0)`: its id is the
+    /// child's pid. `None` (a child already reaped) gives a group that
+    /// signals nothing.
+    pub(crate) fn led_by(child_pid: Option<u32>) -> Self {
+        let pgid = child_pid
+            .and_then(|pid| i32::try_from(pid).ok())
+            .map(Pid::from_raw);
+        Self { pgid, armed: true }
+    }
+
+    /// The job ended on its own: whatever it left running in the background
+    /// is its business (a `nohup server &`, say), so nothing is killed.
+    pub(crate) fn release(&mut self) {
+        self.armed = false;
+    }
+
+    /// Kills the whole group at once, without a grace period.
+    pub(crate) fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+        self.armed = false;
+    }
+
+    /// Ends the group after a timeout: SIGTERM to every member, up to
+    /// [`TERM_GRACE`] for them all to exit, then SIGKILL. Returns whether
+    /// SIGKILL was needed.
+    pub(crate) async fn terminate(&mut self, child: &mut Child) -> bool {
+        self.signal(Signal::SIGTERM);
+        let exited = tokio::time::timeout(TERM_GRACE, async {
+            if let Err(e) = child.wait().await {
+                tracing::debug!(error = %e, "waiting for a terminated job failed");
+            }
+            while self.has_live_members() {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+        })
+        .await
+        .is_ok();
+        if !exited {
+            self.signal(Signal::SIGKILL);
+            // Bounded: a process stuck in the kernel may ignore even SIGKILL
+            // for a while, and the job's result must still be reported.
+            let _reaped = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+        }
+        self.armed = false;
+        !exited
+    }
+
+    fn signal(&self, signal: Signal) {
+        let Some(pgid) = self.pgid else {
+            return;
+        };
+        match killpg(pgid, signal) {
+            // No process left in the group: nothing to do.
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(e) => {
+                tracing::warn!(pgid = pgid.as_raw(), %signal, error = %e, "cannot signal a job's process group")
+            }
+        }
+    }
+
+    /// Whether a process of the group still runs.
+    fn has_live_members(&self) -> bool {
+        let Some(pgid) = self.pgid else {
+            return false;
+        };
+        match killpg(pgid, None) {
+            Err(Errno::ESRCH) => false,
+            // kill(2) also finds zombies, which stay around for good when the
+            // init process does not reap orphans (common in containers), so
+            // ask /proc, where it exists, whether a member is really alive.
+            _ => live_member_in_proc(pgid).unwrap_or(true),
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.armed {
+            self.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+/// Whether /proc lists a process of group `pgid` that is not a zombie;
+/// `None` without a readable /proc.
+fn live_member_in_proc(pgid: Pid) -> Option<bool> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let live = entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
+        // A process that vanished between listing and reading is not alive.
+        is_pid
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| state_and_group(&stat))
+                .is_some_and(|(state, group)| group == pgid.as_raw() && !matches!(state, 'Z' | 'X'))
+    });
+    Some(live)
+}
+
+/// The state and process group in a `/proc/<pid>/stat` line. The command
+/// name comes in parentheses and may itself contain spaces or parentheses,
+/// so fields are counted from the last ')'.
+fn state_and_group(stat: &str) -> Option<(char, i32)> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _parent = fields.next()?;
+    let group = fields.next()?.parse().ok()?;
+    Some((state, group))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_state_and_group_even_with_odd_command_names() {
+        let stat = "4242 (my (odd) cmd) S 1 4240 4240 0 -1 4194560 108 0 0 0";
+        assert_eq!(state_and_group(stat), Some(('S', 4240)));
+        assert_eq!(state_and_group("garbage"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! `LocalRunner` as the engine uses it: results reach the sink, the
+//! concurrency limit holds, and jobs for other runners are refused.
+
+// Helpers outside #[test] functions unwrap too; a panic is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{CollectingSink, job, read, script};
+use vergence_core::Error;
+use vergence_core::model::{JobId, JobRecord, RunnerSpec};
+use vergence_core::ports::Runner;
+use vergence_runner_local::LocalRunner;
+
+/// Records when it starts and ends (ns since the epoch) in files named after
+/// `$NAME`, sleeping in between.
+const TIMED: &str = "date +%s%N > \"$NAME.start\"\nsleep 1\ndate +%s%N > \"$NAME.end\"";
+
+fn timed_job(root: &Path, name: &str) -> JobRecord {
+    let mut job = job(root, &["./timed.sh"]);
+    job.id = JobId(format!("job-{name}"));
+    job.spec.env.insert("NAME".into(), name.into());
+    job
+}
+
+fn span(root: &Path, name: &str) -> (u128, u128) {
+    let at = |end: &str| {
+        read(root.join(format!("{name}.{end}")))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (at("start"), at("end"))
+}
+
+/// Runs jobs `a` and `b` through a runner limited to `max_concurrent` and
+/// returns their (start, end) times.
+async fn run_two(max_concurrent: usize) -> ((u128, u128), (u128, u128)) {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "timed.sh", TIMED);
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), max_concurrent);
+
+    runner.dispatch(&timed_job(root.path(), "a")).await.unwrap();
+    runner.dispatch(&timed_job(root.path(), "b")).await.unwrap();
+    let results = sink.wait_for(2, Duration::from_secs(20)).await;
+
+    for (id, result) in &results {
+        assert!(result.exited_with(0), "{id}: {result:?}");
+    }
+    (span(root.path(), "a"), span(root.path(), "b"))
+}
+
+#[tokio::test]
+async fn background_jobs_report_to_the_sink() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "slow.sh", "sleep 0.5\necho finished");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), 4);
+
+    runner
+        .dispatch(&job(root.path(), &["./slow.sh"]))
+        .await
+        .unwrap();
+    assert_eq!(sink.count(), 0, "dispatch does not wait for the job");
+
+    let results = sink.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(results[0].0, JobId("job-1".into()));
+    assert!(results[0].1.exited_with(0), "{:?}", results[0].1);
+    assert_eq!(results[0].1.stdout, "finished\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_permit_runs_jobs_one_after_the_other() {
+    let ((a_start, a_end), (b_start, b_end)) = run_two(1).await;
+    assert!(
+        a_end <= b_start || b_end <= a_start,
+        "jobs overlapped: a {a_start}..{a_end}, b {b_start}..{b_end}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_permits_run_jobs_at_the_same_time() {
+    let ((a_start, a_end), (b_start, b_end)) = run_two(2).await;
+    assert!(
+        a_start < b_end && b_start < a_end,
+        "jobs did not overlap: a {a_start}..{a_end}, b {b_start}..{b_end}"
+    );
+}
+
+#[tokio::test]
+async fn inline_dispatch_returns_after_the_result_was_delivered() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "quick.sh", "echo inline");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::inline(sink.clone());
+
+    runner
+        .dispatch(&job(root.path(), &["./quick.sh"]))
+        .await
+        .unwrap();
+
+    let results = sink.results.lock().unwrap().clone();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].1.stdout, "inline\n");
+}
+
+#[tokio::test]
+async fn a_failing_sink_does_not_fail_the_dispatch() {
+    let root = tempfile::tempdir().unwrap();
+    let sink = Arc::new(CollectingSink {
+        fail: true,
+        ..CollectingSink::default()
+    });
+    let runner = LocalRunner::inline(sink.clone());
+    runner.dispatch(&job(root.path(), &["true"])).await.unwrap();
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test]
+async fn jobs_for_other_runners_are_refused_without_running() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "deploy.sh", "touch ran");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), 1);
+    let mut job = job(root.path(), &["./deploy.sh"]);
+    job.spec.runner = RunnerSpec::Kubernetes {
+        agent: "prod-cluster".into(),
+        namespace: None,
+    };
+
+    let error = runner.dispatch(&job).await.unwrap_err();
+
+    match error {
+        Error::Runner { runner, message } => {
+            assert_eq!(runner, "local");
+            assert!(message.contains("no kubernetes runner"), "{message}");
+        }
+        other => panic!("expected a runner error, got {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sink.count(), 0);
+    assert!(!root.path().join("ran").exists());
+}
