@@ -102,7 +102,14 @@ pub struct ReleaseArgs {
     /// The service to release.
     pub service: String,
     /// The new version (v42, 1.2.3, sha-abc1234).
-    pub version: String,
+    #[arg(
+        required_unless_present = "version_flag",
+        conflicts_with = "version_flag"
+    )]
+    pub version: Option<String>,
+    /// The new version, as a flag (same as the positional VERSION).
+    #[arg(long = "version", id = "version_flag", value_name = "VERSION")]
+    pub version_flag: Option<String>,
     /// The service's application (needed only when several have this service).
     #[arg(long = "app", value_name = "APP")]
     pub application: Option<String>,

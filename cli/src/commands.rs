@@ -14,7 +14,9 @@ use vergence_core::ports::{Clock, InstanceFilter, StateStore, SystemClock};
 use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_runner_local::LocalRunner;
 
-use crate::args::{ApproveArgs, EventsArgs, Filter, Global, Output, ReleaseArgs, StatusArgs, UpArgs};
+use crate::args::{
+    ApproveArgs, EventsArgs, Filter, Global, Output, ReleaseArgs, StatusArgs, UpArgs,
+};
 use crate::output;
 
 /// Exit codes of `vergence up` (a contract for scripts).
@@ -101,8 +103,10 @@ pub fn validate(global: &Global) -> Result<u8> {
 struct LiveProgress;
 
 impl Progress for LiveProgress {
-    fn event(&self, event: &vergence_core::model::Event) {
-        println!("{}", output::event_line(event));
+    fn events(&self, events: &[vergence_core::model::Event]) {
+        for event in output::live_lines(events) {
+            println!("{}", output::event_line(event));
+        }
     }
 
     fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error) {
@@ -131,13 +135,35 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         report.unchanged
     );
     // Rerunning `up` means "look again": fetch afresh, retry what failed.
-    local.control.request_checks(&InstanceFilter::default(), &actor).await?;
+    local
+        .control
+        .request_checks(&InstanceFilter::default(), &actor)
+        .await?;
 
-    let sink = Arc::new(JobCompletion::new(local.store.clone(), local.queue.clone(), local.clock.clone()));
+    let sink = Arc::new(JobCompletion::new(
+        local.store.clone(),
+        local.queue.clone(),
+        local.clock.clone(),
+    ));
     let runner = Arc::new(LocalRunner::new(sink, args.max_jobs));
-    let engine = Engine::new(local.store.clone(), local.queue.clone(), runner, local.clock.clone());
-    let driver = Driver::new(engine, local.store.clone(), local.queue.clone(), local.clock.clone(), args.max_jobs.max(4));
-    let mode = if args.watch { DriveMode::Forever } else { DriveMode::UntilSettled };
+    let engine = Engine::new(
+        local.store.clone(),
+        local.queue.clone(),
+        runner,
+        local.clock.clone(),
+    );
+    let driver = Driver::new(
+        engine,
+        local.store.clone(),
+        local.queue.clone(),
+        local.clock.clone(),
+        args.max_jobs.max(4),
+    );
+    let mode = if args.watch {
+        DriveMode::Forever
+    } else {
+        DriveMode::UntilSettled
+    };
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let shutdown = {
         let interrupted = interrupted.clone();
@@ -153,7 +179,9 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
     println!();
     output::status_table(&mut std::io::stdout().lock(), &records)?;
     if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-        eprintln!("interrupted; jobs already started keep running and are picked up by the next `vergence up`");
+        eprintln!(
+            "interrupted; jobs already started keep running and are picked up by the next `vergence up`"
+        );
         return Ok(130);
     }
     Ok(up_exit_code(records.iter().map(|r| r.state.status)))
@@ -174,8 +202,18 @@ pub fn up_exit_code(statuses: impl Iterator<Item = Status>) -> u8 {
 
 fn filter(f: &Filter) -> Result<InstanceFilter> {
     Ok(InstanceFilter {
-        application: f.application.as_deref().map(str::parse).transpose().map_err(|e| anyhow!("--app: {e}"))?,
-        service: f.service.as_deref().map(str::parse).transpose().map_err(|e| anyhow!("--service: {e}"))?,
+        application: f
+            .application
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow!("--app: {e}"))?,
+        service: f
+            .service
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| anyhow!("--service: {e}"))?,
         release_channel: f
             .release_channel
             .as_deref()
@@ -212,6 +250,11 @@ fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
 
 pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
     let params = parse_params(&args.params)?;
+    let version = args
+        .version
+        .as_deref()
+        .or(args.version_flag.as_deref())
+        .ok_or_else(|| anyhow!("give the version: vergence release SERVICE VERSION"))?;
     let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
     let application = args
         .application
@@ -222,7 +265,7 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
     let local = Local::existing(global)?;
     let release = local
         .control
-        .push_release(application, &service, &args.version, &params, &actor())
+        .push_release(application, &service, version, &params, &actor())
         .await?;
     println!(
         "release {} of {}/{} recorded; run `vergence up` (or keep `vergence up --watch` running) to roll it out",
@@ -233,13 +276,25 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
 
 pub async fn approve(global: &Global, args: &ApproveArgs) -> Result<u8> {
     let key = InstanceKey::new(
-        args.application.parse().map_err(|e| anyhow!("--app: {e}"))?,
-        args.service.parse().map_err(|e| anyhow!("--service: {e}"))?,
-        args.release_channel.parse().map_err(|e| anyhow!("--release-channel: {e}"))?,
+        args.application
+            .parse()
+            .map_err(|e| anyhow!("--app: {e}"))?,
+        args.service
+            .parse()
+            .map_err(|e| anyhow!("--service: {e}"))?,
+        args.release_channel
+            .parse()
+            .map_err(|e| anyhow!("--release-channel: {e}"))?,
     );
     let local = Local::existing(global)?;
-    let approval = local.control.approve(&key, args.version.as_deref(), &actor()).await?;
-    println!("approved {} of {} for {}", approval.version, key.service, key.release_channel);
+    let approval = local
+        .control
+        .approve(&key, args.version.as_deref(), &actor())
+        .await?;
+    println!(
+        "approved {} of {} for {}",
+        approval.version, key.service, key.release_channel
+    );
     Ok(0)
 }
 

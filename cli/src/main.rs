@@ -14,7 +14,10 @@ use args::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.global.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

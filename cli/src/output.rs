@@ -80,7 +80,15 @@ pub fn status_table(out: &mut impl Write, records: &[InstanceRecord]) -> std::io
         .collect();
     table(
         out,
-        &["APPLICATION", "SERVICE", "CHANNEL", "DESIRED", "CURRENT", "STATUS", "REASON"],
+        &[
+            "APPLICATION",
+            "SERVICE",
+            "CHANNEL",
+            "DESIRED",
+            "CURRENT",
+            "STATUS",
+            "REASON",
+        ],
         &rows,
     )
 }
@@ -133,7 +141,11 @@ pub fn events_table(out: &mut impl Write, events: &[Event]) -> std::io::Result<(
             ]
         })
         .collect();
-    table(out, &["TIME (UTC)", "INSTANCE", "EVENT", "ACTOR", "MESSAGE"], &rows)
+    table(
+        out,
+        &["TIME (UTC)", "INSTANCE", "EVENT", "ACTOR", "MESSAGE"],
+        &rows,
+    )
 }
 
 pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Result<()> {
@@ -148,15 +160,37 @@ pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Resul
                 PlanAction::Remove => "remove",
                 PlanAction::WaitForRelease => "wait for release",
             };
-            let versions = format!(
-                "{} → {}",
-                e.current_version.as_deref().unwrap_or("-"),
-                e.desired_version.as_deref().unwrap_or("-")
-            );
-            vec![e.instance.to_string(), action.to_owned(), versions, e.notes.join("; ")]
+            let current = e.current_version.as_deref().unwrap_or("-");
+            let desired = e.desired_version.as_deref().unwrap_or("-");
+            let versions = if current == desired {
+                current.to_owned()
+            } else {
+                format!("{current} → {desired}")
+            };
+            vec![
+                e.instance.to_string(),
+                action.to_owned(),
+                versions,
+                e.notes.join("; "),
+            ]
         })
         .collect();
     table(out, &["INSTANCE", "ACTION", "VERSION", "NOTES"], &rows)
+}
+
+/// The events of one step worth a line while `up` runs: a status change
+/// already says what a job start or convergence in the same step would.
+pub fn live_lines(events: &[Event]) -> impl Iterator<Item = &Event> {
+    let status_changed = events
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::StatusChanged { .. }));
+    events.iter().filter(move |e| {
+        !(status_changed
+            && matches!(
+                e.kind,
+                EventKind::JobStarted { .. } | EventKind::Converged { .. }
+            ))
+    })
 }
 
 #[cfg(test)]
@@ -172,6 +206,9 @@ mod tests {
             &[vec!["xxx".into(), "y".into(), "last".into()]],
         )
         .unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "A    BB  C\nxxx  y   last\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "A    BB  C\nxxx  y   last\n"
+        );
     }
 }

@@ -7,6 +7,9 @@
 //!
 //! Each check gets a fresh, empty store from the expression.
 
+// Test code: a failed expectation should stop the check with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -33,7 +33,8 @@ pub enum DriveMode {
 
 /// Receives what happens while driving.
 pub trait Progress: Send + Sync {
-    fn event(&self, event: &Event);
+    /// The events one step recorded, in order.
+    fn events(&self, events: &[Event]);
     fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error);
 }
 
@@ -155,8 +156,8 @@ impl Driver {
     ) -> vergence_core::Result<()> {
         match result {
             Ok(report) => {
-                for event in &report.events {
-                    progress.event(event);
+                if !report.events.is_empty() {
+                    progress.events(&report.events);
                 }
                 match report.settled {
                     Some(s) => state.insert(key.clone(), s),

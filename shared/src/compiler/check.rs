@@ -87,12 +87,12 @@ impl<'a> Checker<'a> {
             match &document.body {
                 DocumentBody::Application(doc) => applications.push(Located {
                     source: &document.source,
-                    doc,
+                    doc: doc.as_ref(),
                 }),
                 DocumentBody::Runtime(doc) => runtime_docs.push((document, doc)),
                 DocumentBody::Service(doc) => services.push(Located {
                     source: &document.source,
-                    doc,
+                    doc: doc.as_ref(),
                 }),
                 DocumentBody::Protection(doc) => self.protection(&document.source, document, doc),
             }
@@ -384,10 +384,10 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            if let Some(ParamValue::DockerImage(image)) = &default {
-                if let Err(e) = check_docker_image(image) {
-                    self.err(source, format!("{path}.dockerImage.defaultValue"), e);
-                }
+            if let Some(ParamValue::DockerImage(image)) = &default
+                && let Err(e) = check_docker_image(image)
+            {
+                self.err(source, format!("{path}.dockerImage.defaultValue"), e);
             }
             if kind == ParamKind::Int && !required && default.is_none() {
                 self.err(
@@ -570,10 +570,10 @@ impl<'a> Checker<'a> {
             })
             .collect();
         for (upstream, downstream) in upstream_of {
-            if let Some(c) = channels.iter_mut().find(|c| c.name == upstream) {
-                if !c.downstream.contains(&downstream) {
-                    c.downstream.push(downstream);
-                }
+            if let Some(c) = channels.iter_mut().find(|c| c.name == upstream)
+                && !c.downstream.contains(&downstream)
+            {
+                c.downstream.push(downstream);
             }
         }
         Application {
@@ -956,14 +956,14 @@ impl<'a> Checker<'a> {
         });
         let mut seen_paths: BTreeMap<String, String> = BTreeMap::new();
         for (path, value) in service_values.chain(channel_values) {
-            if let Some(earlier) = seen_paths.get(&value.name) {
-                if earlier.starts_with("service.custom") == path.starts_with("service.custom") {
-                    self.err(
-                        source,
-                        format!("{path}.name"),
-                        format!("parameter '{}' is given twice", value.name),
-                    );
-                }
+            if let Some(earlier) = seen_paths.get(&value.name)
+                && earlier.starts_with("service.custom") == path.starts_with("service.custom")
+            {
+                self.err(
+                    source,
+                    format!("{path}.name"),
+                    format!("parameter '{}' is given twice", value.name),
+                );
             }
             seen_paths.insert(value.name.clone(), path.clone());
             if let Some(checked) =

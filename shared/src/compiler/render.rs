@@ -319,12 +319,28 @@ impl ConfigModel {
                     secrets.insert(decl.name.as_str(), secret.clone());
                 }
                 None => {
-                    let default = decl
-                        .default
-                        .as_ref()
+                    // A service parameter of the same name passes straight
+                    // through, so a release can set a runtime parameter
+                    // without a template in between.
+                    let passed = svc
+                        .params
+                        .iter()
+                        .find(|p| p.name == decl.name)
+                        .and_then(|p| release_params.get(&p.name).or(p.default.as_ref()));
+                    let value = passed
+                        .or(decl.default.as_ref())
                         .map(ToString::to_string)
                         .unwrap_or_default();
-                    runtime_values.insert(&decl.name, default);
+                    if decl.kind == ParamKind::Int
+                        && passed.is_some()
+                        && value.parse::<i64>().is_err()
+                    {
+                        return Err(format!(
+                            "parameter '{}' is {value:?}, which is not an integer",
+                            decl.name
+                        ));
+                    }
+                    runtime_values.insert(&decl.name, value);
                 }
             }
         }

@@ -15,10 +15,10 @@ use crate::model::{ApplicationName, ProtectionName, ReleaseChannelName, RuntimeN
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum DocumentBody {
-    Application(ApplicationDoc),
-    Runtime(RuntimeDoc),
-    Service(ServiceDoc),
-    Protection(ProtectionDoc),
+    Application(Box<ApplicationDoc>),
+    Runtime(Box<RuntimeDoc>),
+    Service(Box<ServiceDoc>),
+    Protection(Box<ProtectionDoc>),
 }
 
 impl DocumentBody {

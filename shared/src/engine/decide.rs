@@ -88,13 +88,11 @@ impl Decider<'_> {
     }
 
     fn converge(&mut self, spec: &CompiledInstance) {
-        if let Some(job) = &self.facts.finished_job {
-            let flight = self.state.in_flight.clone();
-            if let (Some(flight), Some(result)) = (flight, job.result()) {
-                if flight.job_id == job.id {
-                    self.absorb(spec, &flight, result);
-                }
-            }
+        if let Some(job) = &self.facts.finished_job
+            && let (Some(flight), Some(result)) = (self.state.in_flight.clone(), job.result())
+            && flight.job_id == job.id
+        {
+            self.absorb(spec, &flight, result);
         }
         self.ensure_target(spec);
         if let Some(flight) = self.state.in_flight.clone() {
@@ -486,8 +484,8 @@ impl Decider<'_> {
             return;
         }
         let why = match (&drift, &observed) {
-            (Some(seen), _) => format!(" to remediate drift ({seen})"),
-            (None, Some((_, seen))) => format!(" ({seen})"),
+            (Some(seen), _) => format!(" to remediate drift: {seen}"),
+            (None, Some((_, seen))) => format!(": {seen}"),
             (None, None) => String::new(),
         };
         self.dispatch_apply(spec, why);
@@ -601,6 +599,12 @@ impl Decider<'_> {
                 },
                 format!("converged on {version}"),
             );
+        }
+        // Verification of the last apply is over: from here on, a fetch that
+        // needs work is drift, not an apply still settling.
+        if let Some(target) = self.state.target.as_mut() {
+            target.applied_seq = None;
+            target.apply_started_at = None;
         }
         self.set_status(Status::Converged, format!("converged on {version}"), None);
     }

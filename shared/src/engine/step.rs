@@ -198,10 +198,10 @@ impl Engine {
         let Some(flight) = &record.state.in_flight else {
             return Ok(());
         };
-        if let Some(job) = self.store.get_job(&flight.job_id).await? {
-            if job.state == JobState::Created {
-                self.dispatch(&job).await?;
-            }
+        if let Some(job) = self.store.get_job(&flight.job_id).await?
+            && job.state == JobState::Created
+        {
+            self.dispatch(&job).await?;
         }
         Ok(())
     }

@@ -330,7 +330,7 @@ fn exit_code_fetch_skips_apply_when_converged_and_heals_drift() {
         sim.record
             .state
             .reason
-            .contains("to remediate drift (fetch exited 2 (changes needed): file differs)"),
+            .contains("to remediate drift: fetch exited 2 (changes needed): file differs"),
         "{}",
         sim.record.state.reason
     );
@@ -679,4 +679,32 @@ fn job_ids_are_unique_per_attempt() {
     let second = sim.step().jobs[0].id.clone();
     assert_ne!(first, second);
     assert!(first.as_str().starts_with("apply-"));
+}
+
+#[test]
+fn drift_after_a_verified_apply_is_remediated_not_mistaken_for_verification() {
+    let mut sim = Sim::new(spec("staging", "v1", Some(FetchMode::ExitCode)));
+    sim.step();
+    assert_eq!(sim.finish(2, "missing").jobs[0].kind, JobKind::Apply);
+    assert_eq!(sim.finish(0, "").jobs[0].kind, JobKind::Fetch);
+    assert_eq!(sim.status(), Status::Verifying);
+    sim.finish(0, "");
+    assert_eq!(sim.status(), Status::Converged);
+
+    // A requested check (a rerun of `vergence up`) is routine, not verification.
+    sim.record.state.checks_requested = true;
+    assert_eq!(sim.step().jobs[0].kind, JobKind::Fetch);
+    assert_eq!(sim.status(), Status::Converged);
+    let d = sim.finish(2, "file differs");
+    assert_eq!(d.jobs[0].kind, JobKind::Apply, "drift is applied at once");
+    assert!(sim.event_kinds().contains(&"driftDetected"));
+    assert!(sim.record.state.reason.contains("to remediate drift"));
+    assert_eq!(sim.finish(0, "").jobs[0].kind, JobKind::Fetch);
+    sim.finish(0, "");
+    assert_eq!(sim.status(), Status::Converged);
+    assert_eq!(
+        settled(&sim.record),
+        Settled::Converged,
+        "`vergence up` can stop here"
+    );
 }

@@ -1,0 +1,151 @@
+//! Runs the real `vergence` binary against configs in temporary folders.
+
+// Shared by several test binaries, each using a part; panics are the point.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn of(output: Output) -> Self {
+        Self {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A config folder of one's own and the binary to run on it.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+impl Project {
+    /// A copy of examples/quickstart without any state or deployed files.
+    pub fn quickstart() -> Self {
+        let project = Self::empty();
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
+        copy_dir(&source, project.path());
+        project
+    }
+
+    pub fn empty() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn file(&self, relative: &str) -> PathBuf {
+        self.path().join(relative)
+    }
+
+    pub fn write(&self, relative: &str, text: &str) {
+        let path = self.file(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+
+    pub fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.file(relative))
+            .unwrap_or_else(|e| panic!("reading {relative}: {e}"))
+    }
+
+    pub fn replace(&self, relative: &str, from: &str, to: &str) {
+        let text = self.read(relative);
+        assert!(text.contains(from), "{relative} does not contain {from:?}");
+        self.write(relative, &text.replacen(from, to, 1));
+    }
+
+    /// Runs `vergence ARGS --config <project>`.
+    pub fn vergence(&self, args: &[&str]) -> Run {
+        let output = Command::new(env!("CARGO_BIN_EXE_vergence"))
+            .args(args)
+            .arg("--config")
+            .arg(self.path())
+            .current_dir(self.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run vergence");
+        Run::of(output)
+    }
+
+    /// `vergence up`, asserting its exit code.
+    pub fn up(&self, expect: i32) -> Run {
+        let run = self.vergence(&["up"]);
+        assert_eq!(run.code, expect, "vergence up:\n{run}");
+        run
+    }
+
+    /// Instances from `vergence status --output json`.
+    pub fn status(&self) -> Vec<Value> {
+        let run = self.vergence(&["status", "--output", "json"]);
+        assert_eq!(run.code, 0, "vergence status:\n{run}");
+        let json: Value = serde_json::from_str(&run.stdout).expect("status JSON");
+        json["instances"].as_array().expect("instances").clone()
+    }
+
+    pub fn instance(&self, service: &str, channel: &str) -> Value {
+        self.status()
+            .into_iter()
+            .find(|i| i["service"] == service && i["releaseChannel"] == channel)
+            .unwrap_or_else(|| panic!("no instance {service}@{channel}"))
+    }
+
+    /// Events from `vergence events --output json`, oldest first.
+    pub fn events(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["events", "--output", "json", "--limit", "10000"];
+        args.extend_from_slice(extra);
+        let run = self.vergence(&args);
+        assert_eq!(run.code, 0, "vergence events:\n{run}");
+        let json: Value = serde_json::from_str(&run.stdout).expect("events JSON");
+        json["events"].as_array().expect("events").clone()
+    }
+
+    /// How many applies were started, from the events.
+    pub fn applies(&self) -> usize {
+        self.events(&[])
+            .iter()
+            .filter(|e| e["type"] == "jobStarted" && e["job"] == "apply")
+            .count()
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".vergence" || name == "deployed" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
