@@ -64,6 +64,81 @@ pub enum Command {
     Events(EventsArgs),
     /// Show what applying the config would change, without running anything.
     Plan,
+    /// Set or list alert states that protections refer to.
+    #[command(subcommand)]
+    Alert(AlertCommand),
+    /// Stop applies (fetches go on) for an application, service or channel.
+    Pause(ScopeArgs),
+    /// Let paused instances apply again.
+    Resume(ScopeArgs),
+    /// Hold one instance on a released version until unpinned.
+    Pin(PinArgs),
+    /// Let a pinned instance follow its service's latest release again.
+    Unpin(InstanceArgs),
+    /// Roll one instance back to its last good version (or --version).
+    Rollback(RollbackArgs),
+    /// Explain why an instance is where it is.
+    Explain(InstanceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertCommand {
+    /// Set an alert: `vergence alert set high-error-rate firing`.
+    Set(AlertSetArgs),
+    /// List alerts and their states.
+    List,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AlertValue {
+    Firing,
+    Resolved,
+}
+
+#[derive(Debug, Args)]
+pub struct AlertSetArgs {
+    pub name: String,
+    #[arg(value_enum, value_name = "STATE")]
+    pub value: AlertValue,
+    /// What is wrong, shown in reasons.
+    #[arg(long)]
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+    #[arg(long, value_name = "SERVICE")]
+    pub service: Option<String>,
+    #[arg(long, value_name = "RC")]
+    pub release_channel: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InstanceArgs {
+    pub service: String,
+    #[arg(long, value_name = "RC")]
+    pub release_channel: String,
+    #[arg(long = "app", value_name = "APP")]
+    pub application: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PinArgs {
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+    /// A released version.
+    pub version: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+    /// A released version; default: the last version that converged there.
+    #[arg(long)]
+    pub version: Option<String>,
 }
 
 #[derive(Debug, Args)]

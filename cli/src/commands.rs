@@ -15,7 +15,8 @@ use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
-    ApproveArgs, EventsArgs, Filter, Global, Output, ReleaseArgs, StatusArgs, UpArgs,
+    AlertCommand, AlertValue, ApproveArgs, EventsArgs, Filter, Global, InstanceArgs, Output,
+    PinArgs, ReleaseArgs, RollbackArgs, ScopeArgs, StatusArgs, UpArgs,
 };
 use crate::output;
 
@@ -230,7 +231,12 @@ pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
     match args.output {
         Output::Json => output::status_json(&mut out, &records)?,
         Output::Table if records.is_empty() => writeln!(out, "no instances match")?,
-        Output::Table => output::status_table(&mut out, &records)?,
+        Output::Table => {
+            output::status_table(&mut out, &records)?;
+            if args.filter.service.is_some() {
+                output::instance_details(&mut out, &records)?;
+            }
+        }
     }
     Ok(0)
 }
@@ -291,10 +297,19 @@ pub async fn approve(global: &Global, args: &ApproveArgs) -> Result<u8> {
         .control
         .approve(&key, args.version.as_deref(), &actor())
         .await?;
-    println!(
-        "approved {} of {} for {}",
-        approval.version, key.service, key.release_channel
-    );
+    match &approval.plan_sha256 {
+        Some(plan) => println!(
+            "approved {} of {} for {}, bound to plan {} (a different plan needs a new approval)",
+            approval.version,
+            key.service,
+            key.release_channel,
+            &plan[..12.min(plan.len())]
+        ),
+        None => println!(
+            "approved {} of {} for {}",
+            approval.version, key.service, key.release_channel
+        ),
+    }
     Ok(0)
 }
 
@@ -342,5 +357,128 @@ pub async fn plan(global: &Global) -> Result<u8> {
             .context("planning")?
     };
     output::plan_table(&mut std::io::stdout().lock(), &entries)?;
+    Ok(0)
+}
+
+/// The instance an `InstanceArgs` names; the application may be left out
+/// when only one has the service.
+async fn instance_key(local: &Local, args: &InstanceArgs) -> Result<InstanceKey> {
+    let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
+    let channel = args
+        .release_channel
+        .parse()
+        .map_err(|e| anyhow!("--release-channel: {e}"))?;
+    let application = args
+        .application
+        .as_deref()
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| anyhow!("--app: {e}"))?;
+    Ok(local
+        .control
+        .instance_key(application, service, channel)
+        .await?)
+}
+
+pub async fn alert(global: &Global, command: &AlertCommand) -> Result<u8> {
+    let local = Local::existing(global)?;
+    match command {
+        AlertCommand::Set(args) => {
+            let firing = args.value == AlertValue::Firing;
+            let keys = local
+                .control
+                .set_alert(&args.name, firing, args.summary.clone(), &actor())
+                .await?;
+            let state = if firing { "firing" } else { "resolved" };
+            match keys.len() {
+                0 => println!(
+                    "alert {} is {state}; no protection in the current config refers to it",
+                    args.name
+                ),
+                n => println!(
+                    "alert {} is {state}; {n} instance(s) guarded by it",
+                    args.name
+                ),
+            }
+        }
+        AlertCommand::List => {
+            let alerts = local.control.alerts().await?;
+            let rows: Vec<Vec<String>> = alerts
+                .iter()
+                .map(|a| {
+                    vec![
+                        a.name.clone(),
+                        if a.firing { "firing" } else { "resolved" }.to_owned(),
+                        vergence_core::engine::moment(a.since),
+                        a.actor.clone(),
+                        a.summary.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            output::table(
+                &mut std::io::stdout().lock(),
+                &["ALERT", "STATE", "SINCE", "SET BY", "SUMMARY"],
+                &rows,
+            )?;
+        }
+    }
+    Ok(0)
+}
+
+pub async fn pause(global: &Global, args: &ScopeArgs, paused: bool) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let filter = filter(&Filter {
+        application: Some(args.application.clone()),
+        service: args.service.clone(),
+        release_channel: args.release_channel.clone(),
+    })?;
+    let keys = if paused {
+        local.control.pause(&filter, &actor()).await?
+    } else {
+        local.control.resume(&filter, &actor()).await?
+    };
+    let verb = if paused { "paused" } else { "resumed" };
+    for key in &keys {
+        println!("{verb} {key}");
+    }
+    Ok(0)
+}
+
+pub async fn pin(global: &Global, args: &PinArgs) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let key = instance_key(&local, &args.instance).await?;
+    local.control.pin(&key, &args.version, &actor()).await?;
+    println!(
+        "pinned {key} to {}; `vergence up` converges it there, `vergence unpin` lets it follow releases again",
+        args.version
+    );
+    Ok(0)
+}
+
+pub async fn unpin(global: &Global, args: &InstanceArgs) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let key = instance_key(&local, args).await?;
+    local.control.unpin(&key, &actor()).await?;
+    println!("unpinned {key}");
+    Ok(0)
+}
+
+pub async fn rollback(global: &Global, args: &RollbackArgs) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let key = instance_key(&local, &args.instance).await?;
+    local
+        .control
+        .rollback(&key, args.version.as_deref(), &actor())
+        .await?;
+    println!("rollback of {key} requested; `vergence up` carries it out");
+    Ok(0)
+}
+
+pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
+    let local = Local::existing(global)?;
+    let key = instance_key(&local, args).await?;
+    for line in local.control.explain(&key).await? {
+        println!("{line}");
+    }
     Ok(0)
 }

@@ -34,6 +34,13 @@ fn main() -> ExitCode {
             Command::Approve(args) => commands::approve(global, args).await,
             Command::Events(args) => commands::events(global, args).await,
             Command::Plan => commands::plan(global).await,
+            Command::Alert(cmd) => commands::alert(global, cmd).await,
+            Command::Pause(args) => commands::pause(global, args, true).await,
+            Command::Resume(args) => commands::pause(global, args, false).await,
+            Command::Pin(args) => commands::pin(global, args).await,
+            Command::Unpin(args) => commands::unpin(global, args).await,
+            Command::Rollback(args) => commands::rollback(global, args).await,
+            Command::Explain(args) => commands::explain(global, args).await,
         }
     });
     match result {

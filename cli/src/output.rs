@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 use vergence_core::control::{PlanAction, PlanEntry};
-use vergence_core::model::{Event, EventKind, InstanceRecord};
+use vergence_core::model::{Event, EventKind, InfoOutput, InstanceRecord};
 
 /// Writes rows as columns separated by two spaces; the last column is not padded.
 pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
@@ -46,6 +46,8 @@ pub struct InstanceView<'a> {
     pub current_version: Option<&'a str>,
     pub status: &'a str,
     pub reason: &'a str,
+    /// What getInfo reported, for people.
+    pub info: &'a [InfoOutput],
 }
 
 impl<'a> InstanceView<'a> {
@@ -58,6 +60,7 @@ impl<'a> InstanceView<'a> {
             current_version: record.state.current_version.as_deref(),
             status: record.state.status.as_str(),
             reason: &record.state.reason,
+            info: &record.state.info,
         }
     }
 }
@@ -176,6 +179,38 @@ pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Resul
         })
         .collect();
     table(out, &["INSTANCE", "ACTION", "VERSION", "NOTES"], &rows)
+}
+
+/// Details for one service: the pending plan and getInfo outputs of each
+/// instance, under the status table.
+pub fn instance_details(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
+    for record in records {
+        let state = &record.state;
+        let plan = state
+            .plan
+            .as_ref()
+            .filter(|p| Some(p.version.as_str()) == record.desired.version());
+        if plan.is_none() && state.info.is_empty() {
+            continue;
+        }
+        writeln!(out, "\n{}:", record.key)?;
+        for info in &state.info {
+            writeln!(out, "  {}: {}", info.name, info.text)?;
+        }
+        if let Some(plan) = plan {
+            writeln!(
+                out,
+                "  plan {} for {} (from the fetch at {}):",
+                plan.short(),
+                plan.version,
+                vergence_core::engine::moment(plan.at)
+            )?;
+            for line in plan.text().lines() {
+                writeln!(out, "    {line}")?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The events of one step worth a line while `up` runs: a status change

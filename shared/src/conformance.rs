@@ -38,6 +38,7 @@ macro_rules! store_conformance_tests {
             a_job_is_claimed_once_and_finished_once,
             releases_are_immutable_versions_and_the_last_pushed_is_latest,
             approvals_are_listed_per_instance,
+            alerts_are_replaced_by_name,
             events_are_appended_once_and_listed_by_filter_and_limit,
             concurrent_writers_of_one_revision_have_exactly_one_winner,
         );
@@ -75,6 +76,7 @@ fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRecord
         },
         state: InstanceState::new_pending("new"),
         next_check_at,
+        controls: Default::default(),
         updated_at: t(0),
     }
 }
@@ -495,6 +497,46 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
             .await
             .expect("latest"),
         None
+    );
+}
+
+pub async fn alerts_are_replaced_by_name(store: Arc<dyn StateStore>) {
+    assert_eq!(store.get_alert("high-errors").await.unwrap(), None);
+    assert!(store.list_alerts().await.unwrap().is_empty());
+    let firing = AlertState {
+        name: "high-errors".into(),
+        firing: true,
+        since: t(1),
+        actor: "cli:alice".into(),
+        summary: Some("5xx above 2%".into()),
+    };
+    store.put_alert(&firing).await.unwrap();
+    let resolved = AlertState {
+        firing: false,
+        since: t(2),
+        summary: None,
+        ..firing.clone()
+    };
+    store.put_alert(&resolved).await.unwrap();
+    let other = AlertState {
+        name: "disk-full".into(),
+        ..firing.clone()
+    };
+    store.put_alert(&other).await.unwrap();
+    assert_eq!(
+        store.get_alert("high-errors").await.unwrap(),
+        Some(resolved.clone())
+    );
+    let names: Vec<String> = store
+        .list_alerts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec!["disk-full".to_owned(), "high-errors".to_owned()]
     );
 }
 

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigBundle;
 use crate::error::Result;
 use crate::model::{
-    ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId, JobRecord,
-    JobResult, Release, ReleaseChannelName, ServiceName,
+    AlertState, ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId,
+    JobRecord, JobResult, Release, ReleaseChannelName, ServiceName,
 };
 
 /// An immutable, content-hashed config as it was applied.
@@ -143,6 +143,15 @@ pub trait ApprovalStore: Send + Sync {
     async fn list_approvals(&self, key: &InstanceKey) -> Result<Vec<Approval>>;
 }
 
+/// Alert states pushed from outside (CLI, API, Alertmanager webhooks).
+#[async_trait]
+pub trait AlertStore: Send + Sync {
+    /// Stores the alert's state, replacing the previous one.
+    async fn put_alert(&self, alert: &AlertState) -> Result<()>;
+    async fn get_alert(&self, name: &str) -> Result<Option<AlertState>>;
+    async fn list_alerts(&self) -> Result<Vec<AlertState>>;
+}
+
 #[async_trait]
 pub trait EventStore: Send + Sync {
     /// Appends events that belong to no instance commit (config applied,
@@ -154,12 +163,18 @@ pub trait EventStore: Send + Sync {
 
 /// Everything the engine and the control operations persist.
 pub trait StateStore:
-    ConfigStore + InstanceStore + JobStore + ReleaseStore + ApprovalStore + EventStore
+    ConfigStore + InstanceStore + JobStore + ReleaseStore + ApprovalStore + AlertStore + EventStore
 {
 }
 
 impl<T> StateStore for T where
-    T: ConfigStore + InstanceStore + JobStore + ReleaseStore + ApprovalStore + EventStore
+    T: ConfigStore
+        + InstanceStore
+        + JobStore
+        + ReleaseStore
+        + ApprovalStore
+        + AlertStore
+        + EventStore
 {
 }
 

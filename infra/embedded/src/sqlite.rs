@@ -16,12 +16,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use vergence_core::model::{
-    ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId, JobRecord,
-    JobResult, JobState, Release, ServiceName,
+    AlertState, ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId,
+    JobRecord, JobResult, JobState, Release, ServiceName,
 };
 use vergence_core::ports::{
-    ApprovalStore, ConfigSnapshot, ConfigStore, CurrentConfig, EventStore, InstanceChange,
-    InstanceCommit, InstanceFilter, InstanceStore, JobStore, ReleaseStore,
+    AlertStore, ApprovalStore, ConfigSnapshot, ConfigStore, CurrentConfig, EventStore,
+    InstanceChange, InstanceCommit, InstanceFilter, InstanceStore, JobStore, ReleaseStore,
 };
 
 use crate::error::EmbeddedError;
@@ -69,6 +69,10 @@ CREATE TABLE IF NOT EXISTS approvals (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approvals_instance ON approvals (instance);
+CREATE TABLE IF NOT EXISTS alerts (
+    name TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS events (
     id TEXT PRIMARY KEY,
     application TEXT NOT NULL,
@@ -590,6 +594,49 @@ impl ApprovalStore for SqliteStore {
             approvals.push(from_json("list_approvals", &body)?);
         }
         Ok(approvals)
+    }
+}
+
+#[async_trait]
+impl AlertStore for SqliteStore {
+    async fn put_alert(&self, alert: &AlertState) -> Result<()> {
+        let body = to_json("put_alert", alert)?;
+        self.write("put_alert", |tx| {
+            tx.execute(
+                "INSERT INTO alerts (name, body) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET body = excluded.body",
+                params![alert.name, body],
+            )
+            .map_err(|e| EmbeddedError::sql("put_alert", e))?;
+            Ok(())
+        })
+    }
+
+    async fn get_alert(&self, name: &str) -> Result<Option<AlertState>> {
+        let conn = self.conn();
+        let body: Option<String> = conn
+            .query_row("SELECT body FROM alerts WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| EmbeddedError::sql("get_alert", e))?;
+        Ok(body.map(|b| from_json("get_alert", &b)).transpose()?)
+    }
+
+    async fn list_alerts(&self) -> Result<Vec<AlertState>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT body FROM alerts ORDER BY name")
+            .map_err(|e| EmbeddedError::sql("list_alerts", e))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| EmbeddedError::sql("list_alerts", e))?;
+        let mut alerts = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_alerts", e))?;
+            alerts.push(from_json("list_alerts", &body)?);
+        }
+        Ok(alerts)
     }
 }
 

@@ -14,8 +14,9 @@ use crate::config::{
     ConfigBundle, ConfigError, ConfigErrors, ParsedDocument, Source, parse_bundle,
 };
 use crate::model::{
-    ApplicationName, DriftPolicy, FetchMode, ParamValue, Precondition, ReleaseChannelName,
-    RetryPolicy, RunnerSpec, RuntimeName, SecretRef,
+    ApplicationName, DenyWindow, DriftPolicy, FailureBehavior, FetchMode, Lifecycle, ParamValue,
+    Precondition, ProtectionName, RecurringWindow, ReleaseChannelName, RetryPolicy, RunnerSpec,
+    RuntimeName, SecretRef, TimeWindows,
 };
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
@@ -24,6 +25,7 @@ const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
 const DEFAULT_STEADY_STATE_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
 const DEFAULT_GET_INFO_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
 const DEFAULT_GRACE_PERIOD: SignedDuration = SignedDuration::from_mins(10);
+const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
 
 /// Environment variable prefixes Vergence sets itself.
 const RESERVED_ENV_PREFIXES: [&str; 2] = ["VERGENCE_", "PVN_"];
@@ -34,6 +36,7 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
     let mut checker = Checker {
         errors,
         runtime_sources: HashMap::new(),
+        protections: BTreeMap::new(),
     };
     let model = checker.build(bundle, &documents);
     if checker.errors.is_empty() {
@@ -58,6 +61,7 @@ struct RuntimeSource<'a> {
 struct Checker<'a> {
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
+    protections: BTreeMap<ProtectionName, Protection>,
 }
 
 impl<'a> Checker<'a> {
@@ -122,26 +126,226 @@ impl<'a> Checker<'a> {
             root: bundle.root.clone(),
             applications: apps,
             runtimes,
+            protections: std::mem::take(&mut self.protections),
         }
     }
 
     fn protection(&mut self, source: &'a Source, document: &ParsedDocument, doc: &ProtectionDoc) {
-        let params = self.params(source, "protection", &doc.parameters, true);
-        let mut constant_uses = Vec::new();
-        self.job(
-            source,
-            JobInput {
-                path: "protection",
-                task: &doc.task_config,
-                runner: doc.runner.as_ref(),
-                dir: &document.dir,
-                timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
-                outputs: &[],
-                params: &params,
-                owner: &format!("protection {}", doc.name),
+        let params = self.params(source, "protection", &doc.parameters, false);
+        let check = match (&doc.task_config, &doc.alert) {
+            (Some(task), None) => {
+                let mut constant_uses = Vec::new();
+                let job = self.job(
+                    source,
+                    JobInput {
+                        path: "protection",
+                        task,
+                        runner: doc.runner.as_ref(),
+                        dir: &document.dir,
+                        timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
+                        outputs: &[],
+                        params: &params,
+                        owner: &format!("protection {}", doc.name),
+                    },
+                    &mut constant_uses,
+                );
+                // Constants are per release channel and a protection is
+                // attached to many; its values can use them instead.
+                for (path, name) in constant_uses {
+                    self.err(
+                        source,
+                        path,
+                        format!(
+                            "protections cannot use {{{{.Constants.{name}}}}} directly; \
+                             declare a parameter and pass the constant where the protection is attached"
+                        ),
+                    );
+                }
+                job.map(ProtectionTemplate::Job)
+            }
+            (None, Some(alert)) => match crate::model::check_name(alert) {
+                Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),
+                Err(e) => {
+                    self.err(source, "protection.alert", e);
+                    None
+                }
             },
-            &mut constant_uses,
-        );
+            (Some(_), Some(_)) => {
+                self.err(
+                    source,
+                    "protection",
+                    "a protection has either taskConfig (a check job) or alert (a state set from outside), not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.err(
+                    source,
+                    "protection",
+                    "a protection needs taskConfig (a check job, exit 0 = pass) or alert (a state set with `vergence alert set`)",
+                );
+                None
+            }
+        };
+        if let Some(check) = check {
+            self.protections.insert(
+                doc.name.clone(),
+                Protection {
+                    name: doc.name.clone(),
+                    params,
+                    check,
+                    poll_interval: doc
+                        .poll_interval
+                        .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
+                },
+            );
+        }
+    }
+
+    /// Checks protections attached at `base` (a release channel or a
+    /// service): the protection exists, its parameters get valid values and
+    /// every lifecycle point is well formed.
+    fn protection_uses(
+        &mut self,
+        source: &Source,
+        base: &str,
+        attached_to: &str,
+        docs: &[ProtectionAttachmentDoc],
+    ) -> Vec<ProtectionUse> {
+        let mut uses = Vec::new();
+        for (i, doc) in docs.iter().enumerate() {
+            let path = format!("{base}.protections[{i}]");
+            let name = &doc.reference.name;
+            let Some(protection) = self.protections.get(name).cloned() else {
+                let message = unknown_name_message(
+                    "protection",
+                    name.as_str(),
+                    self.protections.keys().map(|p| p.as_str()),
+                );
+                self.err(source, format!("{path}.ref.name"), message);
+                continue;
+            };
+            let mut values = BTreeMap::new();
+            for (j, value) in doc.reference.parameters.iter().enumerate() {
+                let vpath = format!("{path}.ref.parameters[{j}]");
+                let Some(decl) = protection.params.iter().find(|p| p.name == value.name) else {
+                    let message = unknown_param_message(
+                        &value.name,
+                        &Reference::Param(value.name.clone()),
+                        &format!("protection {name}"),
+                        &protection.params,
+                    );
+                    self.err(source, format!("{vpath}.name"), message);
+                    continue;
+                };
+                let raw = value
+                    .string
+                    .as_ref()
+                    .or(value.int.as_ref())
+                    .or(value.docker_image.as_ref());
+                let Some(raw) = raw else {
+                    self.err(
+                        source,
+                        vpath,
+                        format!(
+                            "give parameter '{}' a value: {}: VALUE",
+                            value.name,
+                            decl.kind.name()
+                        ),
+                    );
+                    continue;
+                };
+                match Template::parse(raw) {
+                    Ok(t) => {
+                        if t.references().any(|r| matches!(r, Reference::Param(_))) {
+                            self.err(
+                                source,
+                                vpath,
+                                "protection parameter values can use {{.Constants.x}} and {{.Builtins...}}, not {{.Params.x}}",
+                            );
+                            continue;
+                        }
+                        values.insert(value.name.clone(), t);
+                    }
+                    Err(e) => self.err(source, vpath, e),
+                }
+            }
+            for decl in &protection.params {
+                if decl.required && decl.default.is_none() && !values.contains_key(&decl.name) {
+                    self.err(
+                        source,
+                        format!("{path}.ref.parameters"),
+                        format!(
+                            "protection {name} needs a value for its required parameter '{}'",
+                            decl.name
+                        ),
+                    );
+                }
+            }
+            if doc.lifecycle.is_empty() {
+                self.err(
+                    source,
+                    format!("{path}.lifecycle"),
+                    "say when the protection runs: preApproval, deployment or postDeployment",
+                );
+            }
+            let mut lifecycles = Vec::new();
+            for (j, lifecycle) in doc.lifecycle.iter().enumerate() {
+                let lpath = format!("{path}.lifecycle[{j}]");
+                let compiled = match lifecycle {
+                    LifecycleDoc::PreApproval(_) => Lifecycle::PreApproval,
+                    LifecycleDoc::Deployment(d) => Lifecycle::Deployment {
+                        failure_behavior: match d.failure_behavior {
+                            None | Some(FailureBehaviorDoc::Block) => FailureBehavior::Block,
+                            Some(FailureBehaviorDoc::Fail) => FailureBehavior::Fail,
+                        },
+                    },
+                    LifecycleDoc::PostDeployment(p) => {
+                        let Some(duration) = p.check_duration.map(|d| d.0) else {
+                            self.err(
+                                source,
+                                format!("{lpath}.postDeployment.checkDuration"),
+                                "a post-deployment check needs checkDuration: how long it must pass",
+                            );
+                            continue;
+                        };
+                        Lifecycle::PostDeployment {
+                            delay: p.delay_check_duration.map_or(SignedDuration::ZERO, |d| d.0),
+                            duration,
+                        }
+                    }
+                };
+                if lifecycles
+                    .iter()
+                    .any(|l: &Lifecycle| l.as_str() == compiled.as_str())
+                {
+                    self.err(
+                        source,
+                        lpath,
+                        format!("lifecycle {} is given twice", compiled.as_str()),
+                    );
+                    continue;
+                }
+                if matches!(protection.check, ProtectionTemplate::Alert(_))
+                    && matches!(compiled, Lifecycle::PostDeployment { .. })
+                {
+                    self.err(
+                        source,
+                        lpath,
+                        "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
+                    );
+                    continue;
+                }
+                lifecycles.push(compiled);
+            }
+            uses.push(ProtectionUse {
+                name: name.clone(),
+                values,
+                lifecycles,
+                attached_to: attached_to.to_owned(),
+            });
+        }
+        uses
     }
 
     fn runtime(&mut self, document: &'a ParsedDocument, doc: &RuntimeDoc) -> Option<Runtime> {
@@ -554,12 +758,21 @@ impl<'a> Checker<'a> {
             let runtimes = self.channel_runtimes(source, &path, channel, runtime_names);
             let constants = self.constants(source, &path, &channel.constants);
             let preconditions = self.preconditions(source, &path, channel, &channel_names);
+            let protections = self.protection_uses(
+                source,
+                &path,
+                &format!("release channel {}", channel.name),
+                &channel.protections,
+            );
+            let windows = self.windows(source, &path, channel);
             channels.push(ReleaseChannel {
                 name: channel.name.clone(),
                 runtimes,
                 constants,
                 preconditions,
                 downstream: Vec::new(),
+                protections,
+                windows,
             });
         }
         self.check_cycles(source, &channels);
@@ -708,6 +921,59 @@ impl<'a> Checker<'a> {
         preconditions
     }
 
+    /// `allowedTimes` and `deniedTimes` of a release channel.
+    fn windows(&mut self, source: &Source, path: &str, channel: &ReleaseChannelDoc) -> TimeWindows {
+        let mut windows = TimeWindows::default();
+        for (i, w) in channel.allowed_times.iter().enumerate() {
+            match RecurringWindow::parse(
+                w.days.as_deref(),
+                w.hours.as_deref(),
+                w.timezone.as_deref(),
+            ) {
+                Ok(window) => windows.allowed.push(window),
+                Err(e) => self.err(source, format!("{path}.allowedTimes[{i}]"), e),
+            }
+        }
+        for (i, w) in channel.denied_times.iter().enumerate() {
+            let wpath = format!("{path}.deniedTimes[{i}]");
+            let recurring = w.days.is_some() || w.hours.is_some() || w.timezone.is_some();
+            match (&w.start, &w.end, recurring) {
+                (Some(start), Some(end), false) => {
+                    let parse = |field: &str, raw: &str| {
+                        raw.parse::<jiff::Timestamp>().map_err(|e| {
+                            format!("{field} {raw:?} is not an RFC 3339 instant like 2026-12-20T00:00:00Z: {e}")
+                        })
+                    };
+                    match (parse("start", start), parse("end", end)) {
+                        (Ok(start), Ok(end)) if start < end => windows.denied.push(DenyWindow::Between {
+                            name: w.name.clone(),
+                            start,
+                            end,
+                        }),
+                        (Ok(_), Ok(_)) => self.err(source, format!("{wpath}.end"), "end must be after start"),
+                        (Err(e), _) => self.err(source, format!("{wpath}.start"), e),
+                        (_, Err(e)) => self.err(source, format!("{wpath}.end"), e),
+                    }
+                }
+                (None, None, true) => {
+                    match RecurringWindow::parse(w.days.as_deref(), w.hours.as_deref(), w.timezone.as_deref()) {
+                        Ok(window) => windows.denied.push(DenyWindow::Recurring {
+                            name: w.name.clone(),
+                            window,
+                        }),
+                        Err(e) => self.err(source, wpath, e),
+                    }
+                }
+                _ => self.err(
+                    source,
+                    wpath,
+                    "a freeze is either {start, end} (two instants) or {days, hours, timezone} (recurring), not both or a part of one",
+                ),
+            }
+        }
+        windows
+    }
+
     fn check_cycles(&mut self, source: &Source, channels: &[ReleaseChannel]) {
         // Depth-first search; a channel met again on the current path closes a cycle.
         fn visit<'c>(
@@ -762,6 +1028,12 @@ impl<'a> Checker<'a> {
             return;
         };
         let params = self.params(source, "service", &doc.parameters, false);
+        let protections = self.protection_uses(
+            source,
+            "service",
+            &format!("service {}", doc.name),
+            &doc.protections,
+        );
         let per_channel = self.per_channel(source, doc, &apps[&app_name]);
         let mut channels = BTreeMap::new();
         for channel in &apps[&app_name].release_channels {
@@ -800,6 +1072,8 @@ impl<'a> Checker<'a> {
                     None | Some(DriftPolicyDoc::Remediate) => DriftPolicy::Remediate,
                     Some(DriftPolicyDoc::DetectOnly) => DriftPolicy::DetectOnly,
                 },
+                protections,
+                auto_rollback: !doc.auto_rollback.as_ref().is_some_and(|a| a.disabled),
             },
         );
     }

@@ -8,8 +8,8 @@ use jiff::SignedDuration;
 
 use super::template::Template;
 use crate::model::{
-    ApplicationName, DriftPolicy, FetchMode, ParamValue, Precondition, ReleaseChannelName,
-    RetryPolicy, RunnerSpec, RuntimeName, SecretRef, ServiceName,
+    ApplicationName, DriftPolicy, FetchMode, Lifecycle, ParamValue, Precondition, ProtectionName,
+    ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef, ServiceName, TimeWindows,
 };
 
 /// A config that passed every check.
@@ -20,6 +20,7 @@ pub struct ConfigModel {
     pub root: Option<String>,
     pub applications: BTreeMap<ApplicationName, Application>,
     pub runtimes: BTreeMap<RuntimeName, Runtime>,
+    pub protections: BTreeMap<ProtectionName, Protection>,
 }
 
 #[derive(Clone, Debug)]
@@ -44,6 +45,8 @@ pub struct ReleaseChannel {
     pub preconditions: Vec<Precondition>,
     /// Channels whose preconditions name this one.
     pub downstream: Vec<ReleaseChannelName>,
+    pub protections: Vec<ProtectionUse>,
+    pub windows: TimeWindows,
 }
 
 /// The kind of a declared parameter.
@@ -126,6 +129,33 @@ pub struct Service {
     pub params: Vec<ParamDecl>,
     pub channels: BTreeMap<ReleaseChannelName, ServiceChannel>,
     pub drift_policy: DriftPolicy,
+    pub protections: Vec<ProtectionUse>,
+    pub auto_rollback: bool,
+}
+
+/// A `protection` document.
+#[derive(Clone, Debug)]
+pub struct Protection {
+    pub name: ProtectionName,
+    pub params: Vec<ParamDecl>,
+    pub check: ProtectionTemplate,
+    pub poll_interval: SignedDuration,
+}
+
+#[derive(Clone, Debug)]
+pub enum ProtectionTemplate {
+    Job(JobTemplate),
+    Alert(String),
+}
+
+/// A protection attached somewhere, with its parameter values (which may
+/// use constants and builtins) and the lifecycle points it guards.
+#[derive(Clone, Debug)]
+pub struct ProtectionUse {
+    pub name: ProtectionName,
+    pub values: BTreeMap<String, Template>,
+    pub lifecycles: Vec<Lifecycle>,
+    pub attached_to: String,
 }
 
 /// What a service runs in one release channel.

@@ -12,9 +12,11 @@ use super::model::*;
 use super::template::{Builtin, Reference};
 use crate::error::{Error, Result};
 use crate::hashing::{sha256_hex, stable_id};
+use crate::model::SecretRef;
 use crate::model::{
-    ApplicationName, ApplySpec, CompiledInstance, Desired, FetchSpec, GetInfoSpec, InstanceIds,
-    InstanceKey, JobSpec, ParamValue, Release, ReleaseChannelName, ServiceName,
+    ApplicationName, ApplySpec, CompiledInstance, CompiledProtection, Desired, FetchSpec,
+    GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, ProtectionCheck, Release,
+    ReleaseChannelName, ServiceName,
 };
 
 /// Characters of the config hash used in derived versions.
@@ -183,12 +185,16 @@ impl ConfigModel {
         let mut out = Vec::new();
         for channel in &application.release_channels {
             let key = InstanceKey::new(app.clone(), service.clone(), channel.name.clone());
-            let desired = match self.jobs(application, svc, channel, &params) {
-                Ok(jobs) => Desired::Ready(Box::new(self.instance(
+            let compiled = self
+                .jobs(application, svc, channel, &params)
+                .and_then(|jobs| Ok((jobs, self.protections(&key, svc, channel)?)));
+            let desired = match compiled {
+                Ok((jobs, protections)) => Desired::Ready(Box::new(self.instance(
                     key.clone(),
                     svc,
                     channel,
                     jobs,
+                    protections,
                     &version,
                 ))),
                 Err(reason) => Desired::Unresolved { reason },
@@ -204,6 +210,7 @@ impl ConfigModel {
         svc: &Service,
         channel: &ReleaseChannel,
         jobs: InstanceJobs,
+        protections: Vec<CompiledProtection>,
         version: &str,
     ) -> CompiledInstance {
         let runtime = self.runtimes.get(&jobs.runtime);
@@ -242,8 +249,71 @@ impl ConfigModel {
             preconditions: channel.preconditions.clone(),
             downstream: channel.downstream.clone(),
             drift_policy: svc.drift_policy,
+            protections,
+            auto_rollback: svc.auto_rollback,
+            windows: channel.windows.clone(),
             key,
         }
+    }
+
+    /// The protections guarding one instance: the release channel's, then
+    /// the service's, one per lifecycle point.
+    fn protections(
+        &self,
+        key: &InstanceKey,
+        svc: &Service,
+        channel: &ReleaseChannel,
+    ) -> Result<Vec<CompiledProtection>, String> {
+        let ids = instance_ids(key);
+        let builtins = Builtins { key, ids: &ids };
+        let attachment_scope = |r: &Reference| match r {
+            Reference::Param(_) => None,
+            Reference::Constant(name) => channel.constants.get(name).cloned(),
+            Reference::Builtin(b) => Some(builtins.value(*b)),
+        };
+        let mut out = Vec::new();
+        for usage in channel.protections.iter().chain(&svc.protections) {
+            let Some(protection) = self.protections.get(&usage.name) else {
+                return Err(format!("protection {} is not defined", usage.name));
+            };
+            let check = match &protection.check {
+                ProtectionTemplate::Alert(alert) => ProtectionCheck::Alert {
+                    alert: alert.clone(),
+                },
+                ProtectionTemplate::Job(job) => {
+                    let mut values = BTreeMap::new();
+                    for decl in &protection.params {
+                        let value = match usage.values.get(&decl.name) {
+                            Some(t) => t.render(attachment_scope)?,
+                            None => decl
+                                .default
+                                .as_ref()
+                                .map(ToString::to_string)
+                                .unwrap_or_default(),
+                        };
+                        values.insert(decl.name.as_str(), value);
+                    }
+                    let scope = |r: &Reference| match r {
+                        Reference::Param(name) => values.get(name.as_str()).cloned(),
+                        Reference::Constant(name) => channel.constants.get(name).cloned(),
+                        Reference::Builtin(b) => Some(builtins.value(*b)),
+                    };
+                    ProtectionCheck::Job {
+                        job: Box::new(render_job(job, &scope, &BTreeMap::new(), &BTreeMap::new())?),
+                    }
+                }
+            };
+            for lifecycle in &usage.lifecycles {
+                out.push(CompiledProtection {
+                    name: usage.name.clone(),
+                    lifecycle: *lifecycle,
+                    check: check.clone(),
+                    poll_interval: protection.poll_interval,
+                    attached_to: usage.attached_to.clone(),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Renders the jobs of one instance. The error is the reason the
@@ -353,40 +423,7 @@ impl ConfigModel {
         for (name, t) in &service_channel.env {
             extra_env.insert(name.clone(), t.render(service_scope)?);
         }
-        let render_job = |job: &JobTemplate| -> Result<JobSpec, String> {
-            let mut env = BTreeMap::new();
-            let mut secret_env = BTreeMap::new();
-            for (name, t) in &job.env {
-                match t.sole_reference() {
-                    Some(Reference::Param(p)) if secrets.contains_key(p.as_str()) => {
-                        secret_env.insert(name.clone(), secrets[p.as_str()].clone());
-                    }
-                    _ => {
-                        env.insert(name.clone(), t.render(runtime_scope)?);
-                    }
-                }
-            }
-            // The service's environment is more specific than the runtime's.
-            env.extend(extra_env.clone());
-            Ok(JobSpec {
-                runner: job.runner.clone(),
-                image: job
-                    .image
-                    .as_ref()
-                    .map(|t| t.render(runtime_scope))
-                    .transpose()?,
-                cmd: job
-                    .cmd
-                    .iter()
-                    .map(|t| t.render(runtime_scope))
-                    .collect::<Result<_, _>>()?,
-                env,
-                secret_env,
-                working_dir: job.working_dir.clone(),
-                timeout: job.timeout,
-                outputs: job.outputs.clone(),
-            })
-        };
+        let render_job = |job: &JobTemplate| render_job(job, &runtime_scope, &secrets, &extra_env);
         Ok(InstanceJobs {
             runtime: runtime.name.clone(),
             apply: render_job(&runtime.apply)?,
@@ -410,6 +447,45 @@ struct InstanceJobs {
     apply: JobSpec,
     fetch: Option<JobSpec>,
     get_info: Option<JobSpec>,
+}
+
+/// Renders one job template: templates filled from `scope`, secret
+/// parameters passed by reference (never rendered into the spec), and the
+/// service's own `env` on top of the template's.
+fn render_job(
+    job: &JobTemplate,
+    scope: &dyn Fn(&Reference) -> Option<String>,
+    secrets: &BTreeMap<&str, SecretRef>,
+    extra_env: &BTreeMap<String, String>,
+) -> Result<JobSpec, String> {
+    let mut env = BTreeMap::new();
+    let mut secret_env = BTreeMap::new();
+    for (name, t) in &job.env {
+        match t.sole_reference() {
+            Some(Reference::Param(p)) if secrets.contains_key(p.as_str()) => {
+                secret_env.insert(name.clone(), secrets[p.as_str()].clone());
+            }
+            _ => {
+                env.insert(name.clone(), t.render(scope)?);
+            }
+        }
+    }
+    // The service's environment is more specific than the runtime's.
+    env.extend(extra_env.clone());
+    Ok(JobSpec {
+        runner: job.runner.clone(),
+        image: job.image.as_ref().map(|t| t.render(scope)).transpose()?,
+        cmd: job
+            .cmd
+            .iter()
+            .map(|t| t.render(scope))
+            .collect::<Result<_, _>>()?,
+        env,
+        secret_env,
+        working_dir: job.working_dir.clone(),
+        timeout: job.timeout,
+        outputs: job.outputs.clone(),
+    })
 }
 
 struct Builtins<'a> {

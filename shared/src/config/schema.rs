@@ -256,6 +256,87 @@ pub struct ReleaseChannelDoc {
     pub constants: Vec<ConstantDoc>,
     #[serde(default)]
     pub preconditions: Vec<PreconditionDoc>,
+    /// When applies may run; none = any time.
+    #[serde(default)]
+    pub allowed_times: Vec<TimeWindowDoc>,
+    /// Freezes: when applies may not run, even inside an allowed window.
+    #[serde(default)]
+    pub denied_times: Vec<DenyWindowDoc>,
+    #[serde(default)]
+    pub protections: Vec<ProtectionAttachmentDoc>,
+}
+
+/// `{days: mon-fri, hours: 9-17, timezone: Europe/Berlin}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeWindowDoc {
+    pub days: Option<String>,
+    pub hours: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// A one-off freeze `{name, start, end}` (RFC 3339 instants) or a
+/// recurring one `{name, days, hours, timezone}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DenyWindowDoc {
+    pub name: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub days: Option<String>,
+    pub hours: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// A protection attached to a release channel or a service.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionAttachmentDoc {
+    #[serde(rename = "ref")]
+    pub reference: ProtectionRefDoc,
+    pub lifecycle: Vec<LifecycleDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionRefDoc {
+    pub name: ProtectionName,
+    /// Values for the protection's parameters.
+    #[serde(default)]
+    pub parameters: Vec<ParameterValueDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LifecycleDoc {
+    PreApproval(EmptyDoc),
+    Deployment(DeploymentLifecycleDoc),
+    PostDeployment(PostDeploymentLifecycleDoc),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyDoc {}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentLifecycleDoc {
+    pub failure_behavior: Option<FailureBehaviorDoc>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub enum FailureBehaviorDoc {
+    #[serde(rename = "BLOCK", alias = "block")]
+    Block,
+    #[serde(rename = "FAIL", alias = "fail")]
+    Fail,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostDeploymentLifecycleDoc {
+    pub delay_check_duration: Option<DurationDoc>,
+    pub check_duration: Option<DurationDoc>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -316,6 +397,17 @@ pub struct ServiceDoc {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub drift_policy: Option<DriftPolicyDoc>,
+    /// Protections for this service in every release channel.
+    #[serde(default)]
+    pub protections: Vec<ProtectionAttachmentDoc>,
+    pub auto_rollback: Option<AutoRollbackDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoRollbackDoc {
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -348,7 +440,11 @@ pub struct ProtectionDoc {
     pub name: ProtectionName,
     pub description: Option<String>,
     pub runner: Option<RunnerDoc>,
-    pub task_config: TaskConfigDoc,
+    /// The check to run (exit 0 = pass); or `alert` instead.
+    pub task_config: Option<TaskConfigDoc>,
+    /// An alert set from outside (`vergence alert set NAME firing`); the
+    /// protection passes while it is not firing.
+    pub alert: Option<String>,
     pub poll_interval: Option<DurationDoc>,
     pub timeout: Option<DurationDoc>,
     #[serde(default)]

@@ -11,10 +11,11 @@ use super::gates::{self, Gate, human};
 use super::{Decision, Facts};
 use crate::hashing::hash_fields;
 use crate::model::{
-    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FetchObservation, FetchSpec,
-    FetchVerdict, InFlightJob, InstanceKey, InstanceRecord, InstanceState, JobId, JobKind,
-    JobOutcome, JobRecord, JobResult, JobSpec, JobState, JobSummary, Status, TargetProgress,
-    WaitCause,
+    CompiledInstance, CompiledProtection, Desired, DriftPolicy, Event, EventKind, FetchObservation,
+    FetchSpec, FetchVerdict, InFlightJob, InfoOutput, InstanceControls, InstanceKey,
+    InstanceRecord, InstanceState, JobId, JobKind, JobOutcome, JobRecord, JobResult, JobSpec,
+    JobState, JobSummary, Lifecycle, PlanRecord, PostDeployment, Precondition, ProtectionCheck,
+    ProtectionObservation, Rollback, RollbackTarget, Status, TargetProgress, WaitCause,
 };
 
 /// Who the engine's events are attributed to.
@@ -28,6 +29,7 @@ const LOST_JOB_SLACK: SignedDuration = SignedDuration::from_mins(2);
 pub fn decide(record: &InstanceRecord, facts: &Facts) -> Decision {
     let mut decider = Decider {
         key: &record.key,
+        controls: &record.controls,
         facts,
         now: facts.now,
         state: record.state.clone(),
@@ -46,6 +48,7 @@ pub fn decide(record: &InstanceRecord, facts: &Facts) -> Decision {
 
 struct Decider<'a> {
     key: &'a InstanceKey,
+    controls: &'a InstanceControls,
     facts: &'a Facts,
     now: Timestamp,
     state: InstanceState,
@@ -87,14 +90,25 @@ impl Decider<'_> {
             .get_or_insert_with(|| TargetProgress::new(String::new(), Timestamp::UNIX_EPOCH))
     }
 
-    fn converge(&mut self, spec: &CompiledInstance) {
+    fn converge(&mut self, desired: &CompiledInstance) {
+        self.take_rollback_request(desired);
+        // A new desired version ends a rollback: it is what people asked for next.
+        if self
+            .state
+            .rollback
+            .as_ref()
+            .is_some_and(|r| r.failed_version != desired.version)
+        {
+            self.state.rollback = None;
+        }
+        let spec = self.effective(desired);
         if let Some(job) = &self.facts.finished_job
             && let (Some(flight), Some(result)) = (self.state.in_flight.clone(), job.result())
             && flight.job_id == job.id
         {
-            self.absorb(spec, &flight, result);
+            self.absorb(&spec, &flight, result);
         }
-        self.ensure_target(spec);
+        self.ensure_target(&spec);
         if let Some(flight) = self.state.in_flight.clone() {
             if self.now < flight.deadline {
                 self.check_at(flight.deadline);
@@ -109,9 +123,110 @@ impl Decider<'_> {
                 outputs: Vec::new(),
                 finished_at: self.now,
             };
-            self.absorb(spec, &flight, &lost);
+            self.absorb(&spec, &flight, &lost);
         }
-        self.evaluate(spec);
+        self.evaluate(&spec);
+        if let Some(reason) = self.rollback_due(desired) {
+            self.start_rollback(desired, reason);
+            let spec = self.effective(desired);
+            self.ensure_target(&spec);
+            self.evaluate(&spec);
+        }
+        self.get_info(desired);
+    }
+
+    /// What the instance should run now: the desired state, or during a
+    /// rollback the version it goes back to. A rollback passes no gate but
+    /// a pause: it is the way out of a failure, not a new release.
+    fn effective(&self, desired: &CompiledInstance) -> CompiledInstance {
+        let Some(rollback) = &self.state.rollback else {
+            let mut spec = desired.clone();
+            // A pin is a person choosing this version for this channel: it
+            // does not wait for upstream channels to run it too.
+            if self.controls.pinned.is_some() {
+                spec.preconditions
+                    .retain(|p| !matches!(p, Precondition::ReleaseChannelStable { .. }));
+            }
+            return spec;
+        };
+        let mut spec = desired.clone();
+        spec.version = rollback.to.version.clone();
+        spec.apply = rollback.to.apply.clone();
+        spec.fetch = rollback.to.fetch.clone();
+        spec.preconditions.clear();
+        spec.protections.clear();
+        spec.require_approval_before_apply = false;
+        spec.windows = Default::default();
+        spec
+    }
+
+    /// The reason to roll back now, if the desired version has failed here
+    /// and there is an earlier good version to go back to.
+    fn rollback_due(&self, desired: &CompiledInstance) -> Option<String> {
+        if self.state.rollback.is_some() || !desired.auto_rollback {
+            return None;
+        }
+        let target = self.state.target.as_ref()?;
+        let good = self.state.last_good.as_ref()?;
+        if target.version != desired.version || good.version == desired.version {
+            return None;
+        }
+        target.failed.clone()
+    }
+
+    fn start_rollback(&mut self, desired: &CompiledInstance, reason: String) {
+        let Some(to) = self.state.last_good.clone() else {
+            return;
+        };
+        self.event(
+            EventKind::RollbackStarted {
+                failed_version: desired.version.clone(),
+                to: to.version.clone(),
+            },
+            format!(
+                "rolling back to {} because {} failed: {reason}",
+                to.version, desired.version
+            ),
+        );
+        self.state.rollback = Some(Rollback {
+            failed_version: desired.version.clone(),
+            to,
+            reason,
+            started_at: self.now,
+        });
+    }
+
+    fn take_rollback_request(&mut self, desired: &CompiledInstance) {
+        let Some(request) = self.state.rollback_request.take() else {
+            return;
+        };
+        let Some(to) = request.to.or_else(|| self.state.last_good.clone()) else {
+            self.event(
+                EventKind::RollbackRequested { to: None },
+                format!(
+                    "{} asked for a rollback, but no earlier version converged here",
+                    request.actor
+                ),
+            );
+            return;
+        };
+        let reason = format!("rollback requested by {}", request.actor);
+        self.event(
+            EventKind::RollbackStarted {
+                failed_version: desired.version.clone(),
+                to: to.version.clone(),
+            },
+            format!(
+                "rolling back from {} to {}: {reason}",
+                desired.version, to.version
+            ),
+        );
+        self.state.rollback = Some(Rollback {
+            failed_version: desired.version.clone(),
+            to,
+            reason,
+            started_at: self.now,
+        });
     }
 
     fn ensure_target(&mut self, spec: &CompiledInstance) {
@@ -124,13 +239,16 @@ impl Decider<'_> {
             Some(p) => format!("desired version is now {} (was {p})", spec.version),
             None => format!("desired version is {}", spec.version),
         };
-        self.event(
-            EventKind::DesiredVersionChanged {
-                from: previous,
-                to: spec.version.clone(),
-            },
-            message,
-        );
+        // A rollback announces itself with its own event.
+        if self.state.rollback.is_none() {
+            self.event(
+                EventKind::DesiredVersionChanged {
+                    from: previous,
+                    to: spec.version.clone(),
+                },
+                message,
+            );
+        }
         if self.state.in_flight.is_none()
             && self.state.current_version.as_deref() != Some(spec.version.as_str())
         {
@@ -165,8 +283,72 @@ impl Decider<'_> {
         match flight.kind {
             JobKind::Apply => self.absorb_apply(spec, flight, result, stale),
             JobKind::Fetch => self.absorb_fetch(spec, flight, result, stale),
-            JobKind::GetInfo => {}
+            JobKind::GetInfo => self.absorb_info(result),
+            JobKind::Protection => self.absorb_protection(flight, result),
         }
+    }
+
+    fn absorb_protection(&mut self, flight: &InFlightJob, result: &JobResult) {
+        let Some(key) = flight.protection.clone() else {
+            return;
+        };
+        let passed = result.exited_with(0);
+        let summary = if passed {
+            "passed".to_owned()
+        } else {
+            result.describe()
+        };
+        let before = self.state.protections.get(&key).map(|o| o.passed);
+        self.state.protections.insert(
+            key.clone(),
+            ProtectionObservation {
+                at: self.now,
+                version: flight.version.clone(),
+                passed,
+                summary: summary.clone(),
+            },
+        );
+        // Routine passing checks would flood the audit trail; changes do not.
+        if before != Some(passed) {
+            self.event(
+                EventKind::ProtectionChanged {
+                    protection: key.clone(),
+                    passed,
+                },
+                format!(
+                    "protection {key} {}",
+                    if passed {
+                        "passes".to_owned()
+                    } else {
+                        format!("fails: {summary}")
+                    }
+                ),
+            );
+        }
+    }
+
+    fn absorb_info(&mut self, result: &JobResult) {
+        #[derive(serde::Deserialize)]
+        struct InfoDoc {
+            outputs: Vec<InfoOutput>,
+        }
+        self.state.info_at = Some(self.now);
+        self.state.info = if !result.exited_with(0) {
+            vec![InfoOutput {
+                name: "getInfo".into(),
+                text: format!("getInfo {}", result.describe()),
+            }]
+        } else {
+            match serde_json::from_str::<InfoDoc>(&result.stdout) {
+                Ok(doc) => doc.outputs,
+                Err(e) => vec![InfoOutput {
+                    name: "getInfo".into(),
+                    text: format!(
+                        "getInfo printed something other than {{\"outputs\":[{{\"name\",\"text\"}}]}}: {e}"
+                    ),
+                }],
+            }
+        };
     }
 
     fn job_finished_event(&mut self, flight: &InFlightJob, result: &JobResult, message: String) {
@@ -281,6 +463,18 @@ impl Decider<'_> {
             verdict,
             summary: summary.clone(),
         });
+        // A plan is handed to the apply of the same version; an approval
+        // binds to its digest, so a new plan needs a new approval.
+        if !fetch.job.outputs.is_empty() && result.outcome == JobOutcome::Exited {
+            self.state.plan = (!result.outputs.is_empty()).then(|| {
+                PlanRecord::new(
+                    flight.version.clone(),
+                    flight.seq,
+                    self.now,
+                    result.outputs.clone(),
+                )
+            });
+        }
         if stale {
             return;
         }
@@ -316,8 +510,14 @@ impl Decider<'_> {
         match &spec.fetch {
             None => {
                 self.state.checks_requested = false;
-                if self.state.current_version.as_deref() == Some(spec.version.as_str()) {
+                // Without a fetch nothing says what a failed apply left
+                // behind, so a rollback always applies the old version.
+                let must_apply = self.state.rollback.is_some() && target.applied_at.is_none();
+                if self.state.current_version.as_deref() == Some(spec.version.as_str())
+                    && !must_apply
+                {
                     self.converged(spec);
+                    self.post_deployment(spec);
                 } else {
                     self.want_apply(spec, &target, None);
                 }
@@ -359,7 +559,10 @@ impl Decider<'_> {
             .map(|started| after(started, spec.convergence_grace_period));
         let grace_over = grace_end.is_some_and(|end| self.now >= end);
         match observation.verdict {
-            FetchVerdict::Converged => self.converged(spec),
+            FetchVerdict::Converged => {
+                self.converged(spec);
+                self.post_deployment(spec);
+            }
             FetchVerdict::InProgress | FetchVerdict::NeedsApply
                 if target.applied_seq.is_some()
                     || observation.verdict == FetchVerdict::InProgress =>
@@ -456,22 +659,47 @@ impl Decider<'_> {
                 return;
             }
         }
-        if let Gate::Closed {
-            status,
-            reason,
-            wait,
-            recheck_at,
-        } = gates::evaluate(spec, self.facts)
-        {
-            let reason = match &drift {
-                Some(seen) => format!("drifted ({seen}); {reason}"),
-                None => reason,
-            };
-            self.set_status(status, reason, Some(wait));
-            if let Some(at) = recheck_at {
-                self.check_at(at);
+        match gates::evaluate(spec, self.facts, &self.state, self.controls) {
+            Gate::Open => {}
+            Gate::Closed {
+                status,
+                reason,
+                wait,
+                recheck_at,
+            } => {
+                let reason = match &drift {
+                    Some(seen) => format!("drifted ({seen}); {reason}"),
+                    None => reason,
+                };
+                self.set_status(status, reason, Some(wait));
+                if let Some(at) = recheck_at {
+                    self.check_at(at);
+                }
+                return;
             }
-            return;
+            Gate::Check { protection } => {
+                let status = match self.state.status {
+                    Status::Converged | Status::Failed | Status::RolledBack => Status::Pending,
+                    other => other,
+                };
+                self.set_status(
+                    status,
+                    format!(
+                        "checking protection {protection} before applying {}",
+                        spec.version
+                    ),
+                    None,
+                );
+                self.dispatch_protection(spec, &protection);
+                return;
+            }
+            Gate::Fail { reason } => {
+                let target = self.target();
+                target.failed = Some(reason.clone());
+                target.retry_at = None;
+                self.set_status(Status::Failed, reason, None);
+                return;
+            }
         }
         if let Some(retry_at) = target.retry_at.filter(|at| *at > self.now) {
             let last = target.last_failure.clone().unwrap_or_default();
@@ -536,6 +764,178 @@ impl Decider<'_> {
         self.jobs.push(job);
     }
 
+    fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &str) {
+        let Some(protection) = spec.protections.iter().find(|p| p.key() == key) else {
+            return;
+        };
+        let ProtectionCheck::Job { job } = &protection.check else {
+            return;
+        };
+        let job = self.new_job(spec, JobKind::Protection, job, 1);
+        if let Some(flight) = self.state.in_flight.as_mut() {
+            flight.protection = Some(key.to_owned());
+        }
+        self.jobs.push(job);
+    }
+
+    /// After convergence: post-deployment checks run from `delay` after
+    /// converging, at their poll interval, until `duration` has passed with
+    /// no failure. Only then is the version good here (promotable, and where
+    /// a later rollback goes).
+    fn post_deployment(&mut self, spec: &CompiledInstance) {
+        if self.state.rollback.is_some() {
+            return;
+        }
+        let checks: Vec<CompiledProtection> =
+            spec.protections_at("postDeployment").cloned().collect();
+        if checks.is_empty() {
+            self.state.post_deployment = None;
+            self.mark_good(spec);
+            return;
+        }
+        let progress = match &self.state.post_deployment {
+            Some(p) if p.version == spec.version => p.clone(),
+            _ => {
+                let p = PostDeployment {
+                    version: spec.version.clone(),
+                    converged_at: self.state.converged_at.unwrap_or(self.now),
+                    passed_at: None,
+                };
+                self.state.post_deployment = Some(p.clone());
+                p
+            }
+        };
+        if progress.passed_at.is_some() {
+            return;
+        }
+        let mut notes = Vec::new();
+        let mut all_done = true;
+        for check in &checks {
+            let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
+                continue;
+            };
+            let start = after(progress.converged_at, delay);
+            let end = after(start, duration);
+            if self.now < start {
+                all_done = false;
+                self.check_at(start);
+                notes.push(format!("{} starts at {}", check.name, moment(start)));
+                continue;
+            }
+            let seen = self
+                .state
+                .protections
+                .get(&check.key())
+                .filter(|o| o.version == spec.version && o.at >= start)
+                .cloned();
+            let run_at = match &seen {
+                Some(o) if !o.passed => {
+                    let failure = format!(
+                        "post-deployment check {} of {} failed: {}",
+                        check.name, spec.version, o.summary
+                    );
+                    let target = self.target();
+                    target.failed = Some(failure.clone());
+                    target.retry_at = None;
+                    self.set_status(Status::Failed, failure, None);
+                    return;
+                }
+                Some(o) if o.at >= end => {
+                    notes.push(format!("{} passed", check.name));
+                    continue;
+                }
+                Some(o) => {
+                    notes.push(format!(
+                        "{} passing for {} of {}",
+                        check.name,
+                        human(o.at.duration_since(start)),
+                        human(duration)
+                    ));
+                    after(o.at, check.poll_interval).min(end)
+                }
+                None => {
+                    notes.push(format!("{} running", check.name));
+                    self.now
+                }
+            };
+            all_done = false;
+            if self.now >= run_at {
+                if self.state.in_flight.is_none() {
+                    self.dispatch_protection(spec, &check.key());
+                }
+            } else {
+                self.check_at(run_at);
+            }
+        }
+        if all_done {
+            if let Some(p) = self.state.post_deployment.as_mut() {
+                p.passed_at = Some(self.now);
+            }
+            self.event(
+                EventKind::ChecksPassed {
+                    version: spec.version.clone(),
+                },
+                format!(
+                    "post-deployment checks of {} passed: {}",
+                    spec.version,
+                    notes.join(", ")
+                ),
+            );
+            self.mark_good(spec);
+            self.set_status(
+                Status::Converged,
+                format!("converged on {}", spec.version),
+                None,
+            );
+        } else {
+            self.set_status(
+                Status::Converged,
+                format!(
+                    "converged on {}; post-deployment checks: {}",
+                    spec.version,
+                    notes.join(", ")
+                ),
+                None,
+            );
+        }
+    }
+
+    /// Remembers a version that converged and passed its checks.
+    fn mark_good(&mut self, spec: &CompiledInstance) {
+        if self.state.rollback.is_some()
+            || self
+                .state
+                .last_good
+                .as_ref()
+                .is_some_and(|g| g.version == spec.version && g.apply == spec.apply)
+        {
+            return;
+        }
+        self.state.last_good = Some(Box::new(RollbackTarget {
+            version: spec.version.clone(),
+            apply: spec.apply.clone(),
+            fetch: spec.fetch.clone(),
+        }));
+    }
+
+    /// Runs getInfo at its interval when nothing else is running; its
+    /// outputs are for people and never change convergence.
+    fn get_info(&mut self, spec: &CompiledInstance) {
+        let Some(info) = &spec.get_info else {
+            return;
+        };
+        let due = self
+            .state
+            .info_at
+            .map_or(self.now, |at| after(at, info.poll_interval));
+        if self.now < due {
+            self.check_at(due);
+        } else if self.jobs.is_empty() && self.state.in_flight.is_none() {
+            let job = self.new_job(spec, JobKind::GetInfo, &info.job, 1);
+            self.jobs.push(job);
+        }
+    }
+
     fn new_job(
         &mut self,
         spec: &CompiledInstance,
@@ -568,7 +968,13 @@ impl Decider<'_> {
             attempt,
             dispatched_at: self.now,
             deadline,
+            protection: None,
         });
+        // The apply of a version gets the plan its fetch produced.
+        let inputs = match (&self.state.plan, kind) {
+            (Some(plan), JobKind::Apply) if plan.version == spec.version => plan.artifacts.clone(),
+            _ => Vec::new(),
+        };
         self.check_at(deadline);
         JobRecord {
             id,
@@ -579,10 +985,51 @@ impl Decider<'_> {
             attempt,
             spec: job_spec.clone(),
             workspace_root: spec.workspace_root.clone(),
-            inputs: Vec::new(),
+            inputs,
             created_at: self.now,
             deadline,
             state: JobState::Created,
+        }
+    }
+
+    /// During a rollback the usual statuses read as ROLLING_BACK, and
+    /// converging on the old version as ROLLED_BACK.
+    fn rollback_status(&mut self, before: Status) {
+        let Some(rollback) = self.state.rollback.clone() else {
+            return;
+        };
+        let why = format!("{} failed ({})", rollback.failed_version, rollback.reason);
+        match self.state.status {
+            Status::Converged => {
+                if before != Status::RolledBack {
+                    self.event(
+                        EventKind::RolledBack {
+                            to: rollback.to.version.clone(),
+                        },
+                        format!("rolled back to {}: {why}", rollback.to.version),
+                    );
+                }
+                self.state.status = Status::RolledBack;
+                self.state.reason = format!(
+                    "rolled back to {}: {why}; push a new version to move on",
+                    rollback.to.version
+                );
+                self.state.wait = Some(WaitCause::Release);
+            }
+            Status::Failed => {
+                self.state.reason = format!(
+                    "rollback to {} failed too: {}",
+                    rollback.to.version, self.state.reason
+                );
+            }
+            Status::Paused | Status::Drifted | Status::RolledBack => {}
+            _ => {
+                self.state.status = Status::RollingBack;
+                self.state.reason = format!(
+                    "rolling back to {} after {why}: {}",
+                    rollback.to.version, self.state.reason
+                );
+            }
         }
     }
 
@@ -611,6 +1058,7 @@ impl Decider<'_> {
 
     fn finish(mut self, record: &InstanceRecord) -> Decision {
         let before = &record.state;
+        self.rollback_status(before.status);
         if self.state.status != before.status {
             let message = self.state.reason.clone();
             self.event(
@@ -624,8 +1072,11 @@ impl Decider<'_> {
         } else if self.state.since.is_none() {
             self.state.since = Some(self.now);
         }
+        // Anything downstream gates read: status, version, checks, rollback.
         let moved = self.state.status != before.status
-            || self.state.current_version != before.current_version;
+            || self.state.current_version != before.current_version
+            || self.state.post_deployment != before.post_deployment
+            || self.state.rollback != before.rollback;
         let wake = match (&record.desired, moved) {
             (Desired::Ready(spec), true) => spec.downstream.clone(),
             _ => Vec::new(),

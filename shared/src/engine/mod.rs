@@ -12,12 +12,12 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 pub use decide::{ACTOR, decide, moment};
-pub use gates::{UpstreamView, human};
-pub use step::{Engine, JobCompletion, StepReport};
+pub use gates::{Gate, UpstreamView, human};
+pub use step::{Engine, JobCompletion, StepReport, load_facts};
 
 use crate::model::{
-    Approval, Event, InstanceRecord, InstanceState, JobRecord, ReleaseChannelName, Status,
-    WaitCause,
+    AlertState, Approval, Event, InstanceRecord, InstanceState, JobRecord, ReleaseChannelName,
+    Status, WaitCause,
 };
 
 /// Everything outside the instance that a decision depends on.
@@ -30,6 +30,8 @@ pub struct Facts {
     pub upstream: BTreeMap<ReleaseChannelName, UpstreamView>,
     /// Approvals recorded for this instance.
     pub approvals: Vec<Approval>,
+    /// Alerts its protections refer to.
+    pub alerts: BTreeMap<String, AlertState>,
 }
 
 impl Facts {
@@ -39,6 +41,7 @@ impl Facts {
             finished_job: None,
             upstream: BTreeMap::new(),
             approvals: Vec::new(),
+            alerts: BTreeMap::new(),
         }
     }
 }
@@ -83,7 +86,16 @@ pub enum Settled {
 /// (`vergence up`).
 pub fn settled(record: &InstanceRecord) -> Settled {
     let state = &record.state;
-    if state.in_flight.is_some() || state.checks_requested {
+    if state.in_flight.is_some() || state.checks_requested || state.rollback_request.is_some() {
+        return Settled::Progressing;
+    }
+    // Post-deployment checks finish by themselves; `up` waits for them.
+    if state.status == Status::Converged
+        && state
+            .post_deployment
+            .as_ref()
+            .is_some_and(|p| p.passed_at.is_none())
+    {
         return Settled::Progressing;
     }
     match (state.status, &state.wait) {
@@ -100,5 +112,7 @@ pub fn settled(record: &InstanceRecord) -> Settled {
     }
 }
 
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,8 @@ use super::{Decision, Facts, Settled, UpstreamView, decide, settled};
 use crate::compiler::upstream_channels;
 use crate::error::{Error, Result};
 use crate::model::{
-    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState, Precondition, Status,
+    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState, Precondition,
+    ProtectionCheck, Status,
 };
 use crate::ports::{
     Clock, InstanceChange, InstanceCommit, JobResultSink, Runner, StateStore, WorkItem, WorkQueue,
@@ -138,31 +139,9 @@ impl Engine {
     }
 
     async fn facts(&self, record: &InstanceRecord, now: Timestamp) -> Result<Facts> {
-        let mut facts = Facts::at(now);
+        let mut facts = load_facts(self.store.as_ref(), record, now).await?;
         if let Some(flight) = &record.state.in_flight {
             facts.finished_job = self.finished_job(&flight.job_id, now).await?;
-        }
-        let Some(spec) = record.desired.compiled() else {
-            return Ok(facts);
-        };
-        for channel in upstream_channels(&spec.preconditions) {
-            if let Some(upstream) = self
-                .store
-                .get_instance(&record.key.in_channel(channel))
-                .await?
-            {
-                facts
-                    .upstream
-                    .insert(channel.clone(), UpstreamView::of(&upstream));
-            }
-        }
-        let needs_approvals = spec.require_approval_before_apply
-            || spec
-                .preconditions
-                .iter()
-                .any(|p| matches!(p, Precondition::ManualApproval { .. }));
-        if needs_approvals {
-            facts.approvals = self.store.list_approvals(&record.key).await?;
         }
         Ok(facts)
     }
@@ -292,4 +271,41 @@ impl JobResultSink for JobCompletion {
         }
         Ok(())
     }
+}
+
+/// The facts a decision about `record` depends on, from the store: the
+/// upstream channels, approvals and alerts it refers to (not its finished job).
+pub async fn load_facts(
+    store: &dyn StateStore,
+    record: &InstanceRecord,
+    now: Timestamp,
+) -> Result<Facts> {
+    let mut facts = Facts::at(now);
+    let Some(spec) = record.desired.compiled() else {
+        return Ok(facts);
+    };
+    for channel in upstream_channels(&spec.preconditions) {
+        if let Some(upstream) = store.get_instance(&record.key.in_channel(channel)).await? {
+            facts
+                .upstream
+                .insert(channel.clone(), UpstreamView::of(&upstream));
+        }
+    }
+    let needs_approvals = spec.require_approval_before_apply
+        || spec
+            .preconditions
+            .iter()
+            .any(|p| matches!(p, Precondition::ManualApproval { .. }));
+    if needs_approvals {
+        facts.approvals = store.list_approvals(&record.key).await?;
+    }
+    for protection in &spec.protections {
+        if let ProtectionCheck::Alert { alert } = &protection.check
+            && !facts.alerts.contains_key(alert)
+            && let Some(state) = store.get_alert(alert).await?
+        {
+            facts.alerts.insert(alert.clone(), state);
+        }
+    }
+    Ok(facts)
 }

@@ -11,14 +11,14 @@ use crate::model::*;
 
 const T0: i64 = 1_800_000_000;
 
-fn n<T: std::str::FromStr>(s: &str) -> T
+pub(super) fn n<T: std::str::FromStr>(s: &str) -> T
 where
     T::Err: std::fmt::Debug,
 {
     s.parse().unwrap()
 }
 
-fn job_spec(cmd: &str) -> JobSpec {
+pub(super) fn job_spec(cmd: &str) -> JobSpec {
     JobSpec {
         runner: RunnerSpec::Local,
         image: None,
@@ -32,7 +32,7 @@ fn job_spec(cmd: &str) -> JobSpec {
 }
 
 /// A compiled instance of service `web` in `channel`, at `version`.
-fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> CompiledInstance {
+pub(super) fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> CompiledInstance {
     let key = InstanceKey::new(n("shop"), n("web"), n(channel));
     CompiledInstance {
         ids: instance_ids(&key),
@@ -61,20 +61,24 @@ fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> CompiledInsta
         preconditions: Vec::new(),
         downstream: Vec::new(),
         drift_policy: DriftPolicy::Remediate,
+        protections: Vec::new(),
+        auto_rollback: true,
+        windows: TimeWindows::default(),
     }
 }
 
 /// Drives one instance through decisions, applying each like `step` would.
-struct Sim {
-    record: InstanceRecord,
-    now: Timestamp,
-    upstream: BTreeMap<ReleaseChannelName, UpstreamView>,
-    approvals: Vec<Approval>,
+pub(super) struct Sim {
+    pub(super) record: InstanceRecord,
+    pub(super) now: Timestamp,
+    pub(super) upstream: BTreeMap<ReleaseChannelName, UpstreamView>,
+    pub(super) approvals: Vec<Approval>,
+    pub(super) alerts: BTreeMap<String, AlertState>,
     last: Option<Decision>,
 }
 
 impl Sim {
-    fn new(spec: CompiledInstance) -> Self {
+    pub(super) fn new(spec: CompiledInstance) -> Self {
         let now = Timestamp::from_second(T0).unwrap();
         Self {
             record: InstanceRecord {
@@ -84,25 +88,28 @@ impl Sim {
                 desired: Desired::Ready(Box::new(spec)),
                 state: InstanceState::new_pending("new"),
                 next_check_at: Some(now),
+                controls: InstanceControls::default(),
                 updated_at: now,
             },
             now,
             upstream: BTreeMap::new(),
             approvals: Vec::new(),
+            alerts: BTreeMap::new(),
             last: None,
         }
     }
 
-    fn facts(&self) -> Facts {
+    pub(super) fn facts(&self) -> Facts {
         Facts {
             now: self.now,
             finished_job: None,
             upstream: self.upstream.clone(),
             approvals: self.approvals.clone(),
+            alerts: self.alerts.clone(),
         }
     }
 
-    fn apply(&mut self, decision: Decision) -> &Decision {
+    pub(super) fn apply(&mut self, decision: Decision) -> &Decision {
         self.record.state = decision.state.clone();
         self.record.next_check_at = decision.next_check_at;
         self.record.revision += 1;
@@ -111,13 +118,23 @@ impl Sim {
     }
 
     /// A step with nothing new.
-    fn step(&mut self) -> &Decision {
+    pub(super) fn step(&mut self) -> &Decision {
         let decision = decide(&self.record, &self.facts());
         self.apply(decision)
     }
 
     /// The in-flight job finishes with `exit_code` and `stdout`.
-    fn finish(&mut self, exit_code: i32, stdout: &str) -> &Decision {
+    pub(super) fn finish(&mut self, exit_code: i32, stdout: &str) -> &Decision {
+        self.finish_with(exit_code, stdout, Vec::new())
+    }
+
+    /// Like `finish`, with output files (a plan).
+    pub(super) fn finish_with(
+        &mut self,
+        exit_code: i32,
+        stdout: &str,
+        outputs: Vec<Artifact>,
+    ) -> &Decision {
         let flight = self
             .record
             .state
@@ -135,7 +152,7 @@ impl Sim {
                 "boom\n".into()
             },
             duration_ms: 1200,
-            outputs: Vec::new(),
+            outputs,
             finished_at: self.now,
         };
         let job = JobRecord {
@@ -158,19 +175,19 @@ impl Sim {
         self.apply(decision)
     }
 
-    fn advance(&mut self, by: SignedDuration) {
+    pub(super) fn advance(&mut self, by: SignedDuration) {
         self.now = self.now.checked_add(by).unwrap();
     }
 
-    fn status(&self) -> Status {
+    pub(super) fn status(&self) -> Status {
         self.record.state.status
     }
 
-    fn set_desired(&mut self, spec: CompiledInstance) {
+    pub(super) fn set_desired(&mut self, spec: CompiledInstance) {
         self.record.desired = Desired::Ready(Box::new(spec));
     }
 
-    fn event_kinds(&self) -> Vec<&'static str> {
+    pub(super) fn event_kinds(&self) -> Vec<&'static str> {
         self.last
             .as_ref()
             .unwrap()
@@ -527,6 +544,7 @@ fn prod_waits_for_staging_to_converge_on_the_same_version_then_for_approval() {
         current_version: Some("v1".into()),
         converged_at: None,
         failed_version: None,
+        checks_pending: false,
     };
     sim.upstream.insert(n("staging"), staging.clone());
     sim.step();
@@ -603,6 +621,7 @@ fn a_version_that_failed_upstream_is_not_promoted() {
             current_version: Some("v1".into()),
             converged_at: None,
             failed_version: Some("v2".into()),
+            checks_pending: false,
         },
     );
     let d = sim.step();

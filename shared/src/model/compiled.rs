@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::instance::{InstanceIds, InstanceKey};
 use super::job::JobSpec;
 use super::names::{ReleaseChannelName, RuntimeName};
+use super::policy::CompiledProtection;
+use super::window::TimeWindows;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,6 +31,30 @@ pub struct CompiledInstance {
     /// when this instance converges or fails.
     pub downstream: Vec<ReleaseChannelName>,
     pub drift_policy: DriftPolicy,
+    /// Checks gating applies and verifying releases, in config order.
+    #[serde(default)]
+    pub protections: Vec<CompiledProtection>,
+    /// Roll back to the last converged version when this one fails.
+    #[serde(default = "yes")]
+    pub auto_rollback: bool,
+    /// When applies may run (allowed windows and freezes).
+    #[serde(default, skip_serializing_if = "TimeWindows::is_empty")]
+    pub windows: TimeWindows,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl CompiledInstance {
+    pub fn protections_at<'a>(
+        &'a self,
+        at: &'a str,
+    ) -> impl Iterator<Item = &'a CompiledProtection> + 'a {
+        self.protections
+            .iter()
+            .filter(move |p| p.lifecycle.as_str() == at)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

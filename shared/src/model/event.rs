@@ -50,6 +50,37 @@ pub enum EventKind {
         version: String,
     },
     ChecksRequested,
+    /// A protection's result changed (pass ↔ fail).
+    ProtectionChanged {
+        protection: String,
+        passed: bool,
+    },
+    /// Post-deployment checks of a version all passed.
+    ChecksPassed {
+        version: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    RollbackStarted {
+        failed_version: String,
+        to: String,
+    },
+    RolledBack {
+        to: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    AlertChanged {
+        alert: String,
+        firing: bool,
+    },
+    Paused,
+    Resumed,
+    Pinned {
+        version: String,
+    },
+    Unpinned,
+    RollbackRequested {
+        to: Option<String>,
+    },
 }
 
 impl EventKind {
@@ -68,6 +99,16 @@ impl EventKind {
             EventKind::ReleaseCreated { .. } => "releaseCreated",
             EventKind::ApprovalRecorded { .. } => "approvalRecorded",
             EventKind::ChecksRequested => "checksRequested",
+            EventKind::ProtectionChanged { .. } => "protectionChanged",
+            EventKind::ChecksPassed { .. } => "checksPassed",
+            EventKind::RollbackStarted { .. } => "rollbackStarted",
+            EventKind::RolledBack { .. } => "rolledBack",
+            EventKind::AlertChanged { .. } => "alertChanged",
+            EventKind::Paused => "paused",
+            EventKind::Resumed => "resumed",
+            EventKind::Pinned { .. } => "pinned",
+            EventKind::Unpinned => "unpinned",
+            EventKind::RollbackRequested { .. } => "rollbackRequested",
         }
     }
 }

@@ -6,9 +6,15 @@ use std::fmt;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use super::compiled::CompiledInstance;
 use super::job::{JobId, JobKind, JobOutcome};
 use super::names::{ApplicationName, ReleaseChannelName, ServiceName};
+use super::policy::{
+    InfoOutput, InstanceControls, PlanRecord, PostDeployment, ProtectionObservation, Rollback,
+    RollbackRequest, RollbackTarget,
+};
 
 /// Identifies one service instance: a service deployed to one release channel.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -182,6 +188,9 @@ pub struct InstanceRecord {
     pub state: InstanceState,
     /// When the engine wants to look at this instance again, if ever.
     pub next_check_at: Option<Timestamp>,
+    /// Pause and pin, set by operators.
+    #[serde(default)]
+    pub controls: InstanceControls,
     pub updated_at: Timestamp,
 }
 
@@ -230,6 +239,25 @@ pub struct InstanceState {
     /// instead of trusting the last observation.
     #[serde(default)]
     pub checks_requested: bool,
+    /// Latest result of each protection ([`CompiledProtection::key`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub protections: BTreeMap<String, ProtectionObservation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_deployment: Option<PostDeployment>,
+    /// The latest version that converged and passed its checks: where an
+    /// automatic rollback goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good: Option<Box<RollbackTarget>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_request: Option<RollbackRequest>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub info: Vec<InfoOutput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRecord>,
 }
 
 impl InstanceState {
@@ -248,6 +276,14 @@ impl InstanceState {
             last_jobs: Vec::new(),
             job_seq: 0,
             checks_requested: false,
+            protections: BTreeMap::new(),
+            post_deployment: None,
+            last_good: None,
+            rollback: None,
+            rollback_request: None,
+            info: Vec::new(),
+            info_at: None,
+            plan: None,
         }
     }
 
@@ -314,6 +350,9 @@ pub struct InFlightJob {
     pub dispatched_at: Timestamp,
     /// After this the job is presumed lost (runner died, message dropped).
     pub deadline: Timestamp,
+    /// For protection jobs: which protection ([`CompiledProtection::key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<String>,
 }
 
 /// What the latest fetch said about the desired version.

@@ -39,6 +39,8 @@ pub enum JobKind {
     Fetch,
     Apply,
     GetInfo,
+    /// A protection check; exit 0 = pass.
+    Protection,
 }
 
 impl JobKind {
@@ -47,6 +49,7 @@ impl JobKind {
             JobKind::Fetch => "fetch",
             JobKind::Apply => "apply",
             JobKind::GetInfo => "getInfo",
+            JobKind::Protection => "protection",
         }
     }
 }

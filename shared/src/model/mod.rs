@@ -5,6 +5,7 @@ pub mod event;
 pub mod instance;
 pub mod job;
 pub mod names;
+pub mod policy;
 pub mod release;
 
 pub use compiled::*;
@@ -12,4 +13,7 @@ pub use event::*;
 pub use instance::*;
 pub use job::*;
 pub use names::*;
+pub use policy::*;
 pub use release::*;
+pub mod window;
+pub use window::*;

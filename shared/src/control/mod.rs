@@ -21,6 +21,8 @@ use crate::ports::{
     WorkQueue,
 };
 
+mod policy;
+
 const MAX_CONFLICT_RETRIES: usize = 5;
 
 /// What applying a config changed.
@@ -148,6 +150,36 @@ impl Control {
                     self.add_instance(key, wanted, &model.hash, actor).await?;
                     report.added.push(key.clone());
                 }
+                Some(record) if record.controls.pinned.is_some() => {
+                    // A pinned instance keeps its version, compiled with the new config.
+                    let pin = record.controls.pinned.as_ref().map(|p| p.version.clone());
+                    let release = match pin {
+                        Some(v) => self
+                            .store
+                            .list_releases(&key.application, &key.service, 1000)
+                            .await?
+                            .into_iter()
+                            .find(|r| r.version == v),
+                        None => None,
+                    };
+                    let pinned = model
+                        .compile_service(&key.application, &key.service, release.as_ref())?
+                        .into_iter()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, d)| d);
+                    match pinned {
+                        Some(d) if d != record.desired => {
+                            self.update_instance(key, |r| {
+                                r.desired = d.clone();
+                                r.config_hash = model.hash.clone();
+                                Vec::new()
+                            })
+                            .await?;
+                            report.updated.push(key.clone());
+                        }
+                        _ => report.unchanged += 1,
+                    }
+                }
                 Some(record) if record.desired == *wanted => report.unchanged += 1,
                 Some(_) => {
                     self.set_desired(key, wanted, &model.hash).await?;
@@ -241,6 +273,7 @@ impl Control {
                 "added by the config; the engine has not looked at it yet",
             ),
             next_check_at: Some(now),
+            controls: Default::default(),
             updated_at: now,
         };
         let mut events = vec![Event::for_instance(
@@ -262,19 +295,25 @@ impl Control {
         };
         match self.store.commit(commit).await {
             // Someone added it meanwhile (two pushes racing): update instead.
-            Err(Error::Conflict { .. }) => self.set_desired(key, desired, hash).await,
+            Err(Error::Conflict { .. }) => self.set_desired(key, desired, hash).await.map(|_| ()),
             other => other.map(|_| ()),
         }
     }
 
-    async fn set_desired(&self, key: &InstanceKey, desired: &Desired, hash: &str) -> Result<()> {
-        self.update_instance(key, |record| {
-            record.desired = desired.clone();
-            record.config_hash = hash.to_owned();
-            Vec::new()
-        })
-        .await
-        .map(|_| ())
+    /// Sets an instance's desired state unless it is pinned (a pinned
+    /// instance keeps its version; `vergence unpin` lets it follow again).
+    /// Returns whether it was set.
+    async fn set_desired(&self, key: &InstanceKey, desired: &Desired, hash: &str) -> Result<bool> {
+        let record = self
+            .update_instance(key, |record| {
+                if record.controls.pinned.is_none() {
+                    record.desired = desired.clone();
+                    record.config_hash = hash.to_owned();
+                }
+                Vec::new()
+            })
+            .await?;
+        Ok(record.controls.pinned.is_none())
     }
 
     /// Re-reads and rewrites an instance until the write wins the revision
@@ -382,8 +421,9 @@ impl Control {
         self.store.put_release(&release).await?;
         let mut keys = Vec::new();
         for (key, state) in desired {
-            self.set_desired(&key, &state, &model.hash).await?;
-            keys.push(key);
+            if self.set_desired(&key, &state, &model.hash).await? {
+                keys.push(key);
+            }
         }
         let event = Event {
             id: String::new(),
@@ -431,10 +471,12 @@ impl Control {
                 )
             })?,
         };
+        // Approving the version that has a plan approves that exact plan.
+        let plan = record.state.plan.as_ref().filter(|p| p.version == version);
         let approval = Approval {
             instance: key.clone(),
             version: version.clone(),
-            plan_sha256: None,
+            plan_sha256: plan.map(|p| p.sha256.clone()),
             actor: actor.to_owned(),
             at: self.clock.now(),
         };
@@ -446,7 +488,14 @@ impl Control {
             EventKind::ApprovalRecorded {
                 version: version.clone(),
             },
-            format!("{actor} approved {version} for {}", key.release_channel),
+            match plan {
+                Some(p) => format!(
+                    "{actor} approved {version} with plan {} for {}",
+                    p.short(),
+                    key.release_channel
+                ),
+                None => format!("{actor} approved {version} for {}", key.release_channel),
+            },
         );
         let scope = format!(
             "{}@approval-{}",
@@ -472,6 +521,9 @@ impl Control {
             let actor = actor.to_owned();
             self.update_instance(&record.key, |r| {
                 r.state.checks_requested = true;
+                // Failing protections are checked again too, not trusted
+                // until their poll interval says so.
+                r.state.protections.retain(|_, seen| seen.passed);
                 let mut events = Vec::new();
                 if let Some(target) = r.state.target.as_mut().filter(|t| t.failed.is_some()) {
                     target.failed = None;

@@ -1,0 +1,224 @@
+//! Delivery policies: protections, rollback, pause and pin, plans and the
+//! informational outputs of getInfo. Compiled parts live in the desired
+//! state; progress parts in the engine's instance state.
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use super::compiled::{ApplySpec, FetchSpec};
+use super::job::{Artifact, JobSpec};
+use super::names::ProtectionName;
+
+/// A protection attached to a release channel or a service, compiled for
+/// one instance and one lifecycle point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompiledProtection {
+    pub name: ProtectionName,
+    pub lifecycle: Lifecycle,
+    pub check: ProtectionCheck,
+    /// How often a failing or post-deployment check runs again.
+    pub poll_interval: SignedDuration,
+    /// Where it was attached, for reasons ("release channel prod").
+    pub attached_to: String,
+}
+
+impl CompiledProtection {
+    /// Identifies this protection's results in the instance state.
+    pub fn key(&self) -> String {
+        format!("{}@{}", self.name, self.lifecycle.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum ProtectionCheck {
+    /// A job; exit 0 = pass.
+    Job { job: Box<JobSpec> },
+    /// An alert whose state is pushed from outside (`vergence alert set`,
+    /// the API, an Alertmanager webhook); passes while not firing.
+    Alert { alert: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailureBehavior {
+    /// Hold applies while failing; continue when it passes.
+    Block,
+    /// Fail the version in this channel (and roll back).
+    Fail,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "at")]
+pub enum Lifecycle {
+    /// Must pass before approvals are asked for.
+    PreApproval,
+    /// Must pass before every apply.
+    #[serde(rename_all = "camelCase")]
+    Deployment { failure_behavior: FailureBehavior },
+    /// Runs after convergence: waits `delay`, then checks at the poll
+    /// interval until `duration` has passed without a failure.
+    #[serde(rename_all = "camelCase")]
+    PostDeployment {
+        delay: SignedDuration,
+        duration: SignedDuration,
+    },
+}
+
+impl Lifecycle {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Lifecycle::PreApproval => "preApproval",
+            Lifecycle::Deployment { .. } => "deployment",
+            Lifecycle::PostDeployment { .. } => "postDeployment",
+        }
+    }
+}
+
+/// The latest result of one protection for one instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionObservation {
+    pub at: Timestamp,
+    pub version: String,
+    pub passed: bool,
+    pub summary: String,
+}
+
+/// Post-deployment checks of the version an instance converged on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostDeployment {
+    pub version: String,
+    /// When the version converged: delays and durations count from here.
+    pub converged_at: Timestamp,
+    /// Set once every check has passed for its whole duration.
+    pub passed_at: Option<Timestamp>,
+}
+
+/// What a rollback applies: a version that converged before, with the jobs
+/// that got it there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackTarget {
+    pub version: String,
+    pub apply: ApplySpec,
+    pub fetch: Option<FetchSpec>,
+}
+
+/// A rollback under way or done: while the desired version is
+/// `failed_version`, the instance runs `to` instead.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollback {
+    pub failed_version: String,
+    pub to: Box<RollbackTarget>,
+    /// Why: the failure, or who asked.
+    pub reason: String,
+    pub started_at: Timestamp,
+}
+
+/// A manual rollback asked for through the CLI or API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackRequest {
+    /// The version to go back to; `None` = the last one that converged.
+    pub to: Option<Box<RollbackTarget>>,
+    pub actor: String,
+    pub at: Timestamp,
+}
+
+/// Operator controls on an instance, set through the CLI or API and read by
+/// the engine; the engine never changes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceControls {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<ControlMark>,
+    /// Holds the instance on this version until unpinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<Pin>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlMark {
+    pub actor: String,
+    pub at: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pin {
+    pub version: String,
+    pub actor: String,
+    pub at: Timestamp,
+}
+
+/// The state of an externally managed alert.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertState {
+    pub name: String,
+    pub firing: bool,
+    /// When it last changed.
+    pub since: Timestamp,
+    pub actor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// One getInfo output, shown in status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfoOutput {
+    pub name: String,
+    pub text: String,
+}
+
+/// Files a fetch produced for the apply of the same version (a plan).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRecord {
+    pub version: String,
+    /// Sequence number of the fetch that produced it.
+    pub fetch_seq: u64,
+    pub at: Timestamp,
+    /// Digest over every artifact: what an approval binds to.
+    pub sha256: String,
+    pub artifacts: Vec<Artifact>,
+}
+
+impl PlanRecord {
+    pub fn new(version: String, fetch_seq: u64, at: Timestamp, artifacts: Vec<Artifact>) -> Self {
+        let digest = crate::hashing::hash_fields(
+            artifacts
+                .iter()
+                .flat_map(|a| [a.name.as_bytes(), a.sha256.as_bytes()]),
+        );
+        Self {
+            version,
+            fetch_seq,
+            at,
+            sha256: digest,
+            artifacts,
+        }
+    }
+
+    /// The plan as text, for people (lossy for binary plans).
+    pub fn text(&self) -> String {
+        self.artifacts
+            .iter()
+            .map(|a| {
+                let bytes = hex::decode(&a.content_hex).unwrap_or_default();
+                format!("--- {}\n{}", a.name, String::from_utf8_lossy(&bytes))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn short(&self) -> &str {
+        &self.sha256[..self.sha256.len().min(12)]
+    }
+}
