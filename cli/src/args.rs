@@ -29,6 +29,39 @@ pub struct Global {
     /// More logging (-v info, -vv debug); RUST_LOG also works.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// A Vergence API (deployed, or `vergence serve`): status, release,
+    /// approve, events and configs push then go over HTTP.
+    #[arg(long, global = true, env = "VERGENCE_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// `token` commands work on this DynamoDB table (a serverless
+    /// deployment's state) instead of the local state; AWS credentials and
+    /// region come from the usual AWS environment.
+    #[arg(
+        long,
+        global = true,
+        env = "VERGENCE_DYNAMODB_TABLE",
+        value_name = "TABLE"
+    )]
+    pub dynamodb_table: Option<String>,
+    /// The API token (`vgt_…`) for --endpoint.
+    #[arg(
+        long,
+        global = true,
+        env = "VERGENCE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// The webhook secret: `serve` then requires signed release and
+    /// Alertmanager webhooks, and `release` with --endpoint signs its request.
+    #[arg(
+        long,
+        global = true,
+        env = "VERGENCE_WEBHOOK_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    pub webhook_secret: Option<String>,
 }
 
 impl Global {
@@ -79,6 +112,14 @@ pub enum Command {
     Rollback(RollbackArgs),
     /// Explain why an instance is where it is.
     Explain(InstanceArgs),
+    /// Serve the HTTP API over the local state and run the engine, until Ctrl-C.
+    Serve(ServeArgs),
+    /// Create, list and revoke API tokens (local state).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Upload config directories.
+    #[command(subcommand)]
+    Configs(ConfigsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -215,4 +256,70 @@ pub struct EventsArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the URL is printed).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: String,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub max_jobs: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; it is printed once and cannot be shown again.
+    Create(TokenCreateArgs),
+    /// List an application's tokens (never their secrets).
+    List(TokenListArgs),
+    /// Revoke a token by id; requests with it fail from now on.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+    /// release (push releases), approve (record approvals) or admin
+    /// (everything); repeatable.
+    #[arg(long = "scope", value_name = "SCOPE", required = true, value_parser = parse_scope)]
+    pub scopes: Vec<vergence_core::model::Scope>,
+    /// What the token is for (shown in `token list`).
+    #[arg(long)]
+    pub description: Option<String>,
+}
+
+fn parse_scope(raw: &str) -> Result<vergence_core::model::Scope, String> {
+    vergence_core::model::Scope::parse(raw)
+}
+
+#[derive(Debug, Args)]
+pub struct TokenListArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    /// The token's id (the part after `vgt_`, as `token list` shows it).
+    pub id: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigsCommand {
+    /// Store a config directory and make it the desired state, without
+    /// running anything here (the server, or `vergence serve`, converges).
+    Push(ConfigsPushArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigsPushArgs {
+    /// The config directory [default: --config].
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Only check the config; store nothing.
+    #[arg(long)]
+    pub validate_only: bool,
 }

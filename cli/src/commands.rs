@@ -67,7 +67,7 @@ impl Local {
     }
 }
 
-fn load_bundle(config: &Path) -> Result<ConfigBundle> {
+pub(crate) fn load_bundle(config: &Path) -> Result<ConfigBundle> {
     Ok(ConfigBundle::from_dir(config)?)
 }
 
@@ -241,7 +241,7 @@ pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
+pub(crate) fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
     let mut params = BTreeMap::new();
     for pair in raw {
         let (name, value) = pair
@@ -480,5 +480,256 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
     for line in local.control.explain(&key).await? {
         println!("{line}");
     }
+    Ok(0)
+}
+
+/// The engine loop over the local state, with the local-process runner.
+fn local_driver(local: &Local, max_jobs: usize) -> Driver {
+    let sink = Arc::new(JobCompletion::new(
+        local.store.clone(),
+        local.queue.clone(),
+        local.clock.clone(),
+    ));
+    let runner = Arc::new(LocalRunner::new(sink, max_jobs));
+    let engine = Engine::new(
+        local.store.clone(),
+        local.queue.clone(),
+        runner,
+        local.clock.clone(),
+    );
+    Driver::new(
+        engine,
+        local.store.clone(),
+        local.queue.clone(),
+        local.clock.clone(),
+        max_jobs.max(4),
+    )
+}
+
+/// Resolves on Ctrl-C or SIGTERM (how service managers stop a server).
+async fn stop_requested() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            // No handler could be installed: only SIGTERM stops us.
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+/// `vergence serve`: the HTTP API over the local state, and the engine
+/// converging what it records, in one process until Ctrl-C or SIGTERM.
+pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8> {
+    let path = global.state_path();
+    let local = Local::open(&path)?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener
+        .local_addr()
+        .context("reading the address listened on")?;
+    let api = vergence_api::router(vergence_api::ApiState::new(
+        Arc::new(local.control.clone()),
+        local.store.clone(),
+        local.clock.clone(),
+        vergence_api::ApiConfig {
+            webhook_secret: global.webhook_secret.clone(),
+            ..vergence_api::ApiConfig::default()
+        },
+    ));
+    let driver = local_driver(&local, args.max_jobs);
+    // The first line is the contract for scripts and tests: the base URL.
+    println!("listening on http://{address}");
+    println!(
+        "API at http://{address}/v1, state in {}; push a config with `vergence --endpoint http://{address} --token … configs push DIR`; Ctrl-C stops",
+        path.display()
+    );
+
+    // Either half stopping (a signal, or an error) stops the other.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let wait_for_stop = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        // An error means the sender is gone, which also means stop.
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let signal = async {
+        tokio::select! {
+            () = stop_requested() => {}
+            () = wait_for_stop(stopped.clone()) => {}
+        }
+        stop.send_replace(true);
+    };
+    let serving = async {
+        let result = axum::serve(listener, api)
+            .with_graceful_shutdown(wait_for_stop(stopped.clone()))
+            .await
+            .context("serving the API");
+        stop.send_replace(true);
+        result
+    };
+    let driving = async {
+        let result = driver
+            .run(
+                DriveMode::Forever,
+                Arc::new(LiveProgress),
+                wait_for_stop(stopped.clone()),
+            )
+            .await
+            .context("running the engine");
+        stop.send_replace(true);
+        result
+    };
+    let ((), served, driven) = tokio::join!(signal, serving, driving);
+    served?;
+    driven?;
+    eprintln!(
+        "stopped; jobs already started keep running and are picked up by the next `vergence serve` or `vergence up`"
+    );
+    Ok(0)
+}
+
+/// `vergence token create|list|revoke`, on the local state.
+pub async fn token(global: &Global, command: &crate::args::TokenCommand) -> Result<u8> {
+    use crate::args::TokenCommand;
+    match command {
+        TokenCommand::Create(args) => {
+            let application = args
+                .application
+                .parse()
+                .map_err(|e| anyhow!("--app: {e}"))?;
+            // Tokens may come before any config: creating one creates the state.
+            let store = token_store(global, true).await?;
+            let (token, full) = vergence_api::create_token(
+                store.as_ref(),
+                &application,
+                &args.scopes,
+                args.description.clone(),
+                &actor(),
+                &SystemClock,
+            )
+            .await?;
+            // Only the token on stdout, so `TOKEN=$(vergence token create …)` works.
+            println!("{full}");
+            eprintln!(
+                "created token {} for {application} with scope(s) {}; store it now: it cannot be shown again",
+                token.id,
+                scope_list(&token.scopes)
+            );
+        }
+        TokenCommand::List(args) => {
+            let application = args
+                .application
+                .parse()
+                .map_err(|e| anyhow!("--app: {e}"))?;
+            let store = token_store(global, false).await?;
+            let tokens = store.list_tokens(&application).await?;
+            let rows: Vec<Vec<String>> = tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.id.clone(),
+                        scope_list(&t.scopes),
+                        t.created_at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+                        t.created_by.clone(),
+                        t.description.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            output::table(
+                &mut std::io::stdout().lock(),
+                &["ID", "SCOPES", "CREATED (UTC)", "CREATED BY", "DESCRIPTION"],
+                &rows,
+            )?;
+        }
+        TokenCommand::Revoke(args) => {
+            let store = token_store(global, false).await?;
+            if !store.delete_token(&args.id).await? {
+                bail!("no token {} (see `vergence token list --app APP`)", args.id);
+            }
+            println!(
+                "revoked token {}; requests with it are refused from now on",
+                args.id
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// Where `token` commands keep tokens: a serverless deployment's table
+/// (`--dynamodb-table`), or the local state (created only by `create`).
+async fn token_store(global: &Global, create: bool) -> Result<Arc<dyn StateStore>> {
+    if let Some(table) = &global.dynamodb_table {
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .load()
+            .await;
+        let client = aws_sdk_dynamodb::Client::new(&sdk);
+        return Ok(Arc::new(vergence_aws::DynamoStore::new(
+            client,
+            table.clone(),
+        )));
+    }
+    let local = if create {
+        Local::open(&global.state_path())?
+    } else {
+        Local::existing(global)?
+    };
+    Ok(local.store)
+}
+
+fn scope_list(scopes: &[vergence_core::model::Scope]) -> String {
+    scopes
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The one-line summary of an applied config.
+pub(crate) fn apply_summary(report: &vergence_core::control::ApplyReport) -> String {
+    format!(
+        "config {}: {} instance(s) added, {} updated, {} removed, {} unchanged",
+        &report.hash[..report.hash.len().min(10)],
+        report.added.len(),
+        report.updated.len(),
+        report.removed.len(),
+        report.unchanged
+    )
+}
+
+/// `vergence configs push [DIR]` on the local state: stores the config;
+/// `vergence serve` (or the next `vergence up`) converges it.
+pub async fn configs(global: &Global, command: &crate::args::ConfigsCommand) -> Result<u8> {
+    let crate::args::ConfigsCommand::Push(args) = command;
+    let bundle = load_bundle(args.dir.as_deref().unwrap_or(&global.config))?;
+    let checked = match Control::validate(&bundle) {
+        Ok(model) => model,
+        Err(e) if report_config_errors(&e) => return Ok(1),
+        Err(e) => return Err(e.into()),
+    };
+    if args.validate_only {
+        println!(
+            "config is valid: {} application(s), {} runtime(s), {} service instance(s)",
+            checked.applications.len(),
+            checked.runtimes.len(),
+            checked.instance_keys().len()
+        );
+        return Ok(0);
+    }
+    let local = Local::open(&global.state_path())?;
+    let report = local.control.apply_config(bundle, &actor()).await?;
+    println!("{}", apply_summary(&report));
     Ok(0)
 }

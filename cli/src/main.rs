@@ -4,6 +4,7 @@
 mod args;
 mod commands;
 mod output;
+mod remote;
 
 use std::process::ExitCode;
 
@@ -11,8 +12,23 @@ use clap::Parser;
 
 use args::{Cli, Command};
 
+/// Exit code for a command line that does not parse.
+const USAGE_ERROR: u8 = 64;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Usage errors exit 64 (EX_USAGE), not clap's 2, which `up`
+            // uses for "an instance failed".
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(USAGE_ERROR)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     init_tracing(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -26,6 +42,9 @@ fn main() -> ExitCode {
     };
     let global = &cli.global;
     let result = runtime.block_on(async {
+        if global.endpoint.is_some() {
+            return remote::run(global, &cli.command).await;
+        }
         match &cli.command {
             Command::Validate => commands::validate(global),
             Command::Up(args) => commands::up(global, args).await,
@@ -41,6 +60,9 @@ fn main() -> ExitCode {
             Command::Unpin(args) => commands::unpin(global, args).await,
             Command::Rollback(args) => commands::rollback(global, args).await,
             Command::Explain(args) => commands::explain(global, args).await,
+            Command::Serve(args) => commands::serve(global, args).await,
+            Command::Token(cmd) => commands::token(global, cmd).await,
+            Command::Configs(cmd) => commands::configs(global, cmd).await,
         }
     });
     match result {

@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
-use serde::Serialize;
+use vergence_api::wire::{InstanceView, StatusResponse};
 use vergence_core::control::{PlanAction, PlanEntry};
-use vergence_core::model::{Event, EventKind, InfoOutput, InstanceRecord};
+use vergence_core::model::{Event, EventKind, InstanceRecord};
 
 /// Writes rows as columns separated by two spaces; the last column is not padded.
 pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
@@ -35,49 +35,25 @@ pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std
     Ok(())
 }
 
-/// One instance in `vergence status --output json` (a contract for scripts).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceView<'a> {
-    pub application: &'a str,
-    pub service: &'a str,
-    pub release_channel: &'a str,
-    pub desired_version: Option<&'a str>,
-    pub current_version: Option<&'a str>,
-    pub status: &'a str,
-    pub reason: &'a str,
-    /// What getInfo reported, for people.
-    pub info: &'a [InfoOutput],
-}
-
-impl<'a> InstanceView<'a> {
-    pub fn of(record: &'a InstanceRecord) -> Self {
-        Self {
-            application: record.key.application.as_str(),
-            service: record.key.service.as_str(),
-            release_channel: record.key.release_channel.as_str(),
-            desired_version: record.desired.version(),
-            current_version: record.state.current_version.as_deref(),
-            status: record.state.status.as_str(),
-            reason: &record.state.reason,
-            info: &record.state.info,
-        }
-    }
-}
-
+/// Status as a table, one instance a row.
 pub fn status_table(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
-    let rows: Vec<Vec<String>> = records
+    let views: Vec<InstanceView> = records.iter().map(InstanceView::of).collect();
+    views_table(out, &views)
+}
+
+/// Status as a table, from instance views (local records or the API's answer).
+pub fn views_table(out: &mut impl Write, views: &[InstanceView]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = views
         .iter()
-        .map(|r| {
-            let v = InstanceView::of(r);
+        .map(|v| {
             vec![
-                v.application.to_owned(),
-                v.service.to_owned(),
-                v.release_channel.to_owned(),
-                v.desired_version.unwrap_or("-").to_owned(),
-                v.current_version.unwrap_or("-").to_owned(),
-                v.status.to_owned(),
-                v.reason.to_owned(),
+                v.application.to_string(),
+                v.service.to_string(),
+                v.release_channel.to_string(),
+                v.desired_version.as_deref().unwrap_or("-").to_owned(),
+                v.current_version.as_deref().unwrap_or("-").to_owned(),
+                v.status.to_string(),
+                v.reason.clone(),
             ]
         })
         .collect();
@@ -96,15 +72,18 @@ pub fn status_table(out: &mut impl Write, records: &[InstanceRecord]) -> std::io
     )
 }
 
+/// `vergence status --output json`: the same shape as the API's status answer.
 pub fn status_json(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
-    #[derive(Serialize)]
-    struct Status<'a> {
-        instances: Vec<InstanceView<'a>>,
-    }
-    let body = Status {
-        instances: records.iter().map(InstanceView::of).collect(),
-    };
-    serde_json::to_writer_pretty(&mut *out, &body)?;
+    views_json(
+        out,
+        StatusResponse {
+            instances: records.iter().map(InstanceView::of).collect(),
+        },
+    )
+}
+
+pub fn views_json(out: &mut impl Write, status: StatusResponse) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, &status)?;
     writeln!(out)
 }
 

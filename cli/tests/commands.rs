@@ -272,3 +272,27 @@ fn status_json_has_the_documented_shape() {
         }
     }
 }
+
+#[test]
+fn up_returns_3_while_an_instance_waits_for_a_release_parameter() {
+    let project = gated_project();
+    // The service's own release parameter (the last one in the file).
+    let text = project.read("config.yaml");
+    let at = text.rfind("      string: {defaultValue: plain}").unwrap();
+    project.write(
+        "config.yaml",
+        &format!("{}      required: true\n      string: {{}}\n", &text[..at]),
+    );
+    let run = project.vergence(&["up"]);
+    assert_eq!(run.code, 3, "{run}");
+    let staging = project.instance("api", "staging");
+    assert_eq!(staging["status"], "PENDING");
+    assert!(
+        staging["reason"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for a release"),
+        "{staging}"
+    );
+    assert!(!project.file("deployed.log").exists());
+}

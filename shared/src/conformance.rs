@@ -39,6 +39,7 @@ macro_rules! store_conformance_tests {
             releases_are_immutable_versions_and_the_last_pushed_is_latest,
             approvals_are_listed_per_instance,
             alerts_are_replaced_by_name,
+            tokens_are_unique_by_id_and_listed_per_application,
             events_are_appended_once_and_listed_by_filter_and_limit,
             concurrent_writers_of_one_revision_have_exactly_one_winner,
         );
@@ -54,7 +55,8 @@ macro_rules! store_conformance_tests {
     };
 }
 
-fn t(seconds: i64) -> Timestamp {
+/// A fixed instant `seconds` after the suite's epoch.
+pub fn t(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + seconds).expect("valid timestamp")
 }
 
@@ -66,7 +68,8 @@ fn key(app: &str, service: &str, channel: &str) -> InstanceKey {
     )
 }
 
-fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRecord {
+/// A new instance record with nothing resolved yet.
+pub fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRecord {
     InstanceRecord {
         key: key.clone(),
         revision: 0,
@@ -81,7 +84,8 @@ fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRecord
     }
 }
 
-fn job(id: &str, key: &InstanceKey) -> JobRecord {
+/// A created apply job of `key`.
+pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
     JobRecord {
         id: JobId(id.to_owned()),
         instance: key.clone(),
@@ -498,6 +502,43 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
             .expect("latest"),
         None
     );
+}
+
+pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn StateStore>) {
+    use crate::model::{ApiToken, Scope};
+    let token = |id: &str, app: &str| ApiToken {
+        id: id.into(),
+        application: app.parse().unwrap(),
+        scopes: vec![Scope::Release],
+        secret_sha256: "ab".repeat(32),
+        description: Some("ci".into()),
+        created_at: t(1),
+        created_by: "cli:alice".into(),
+    };
+    store.put_token(&token("t1", "shop")).await.unwrap();
+    store.put_token(&token("t2", "shop")).await.unwrap();
+    store.put_token(&token("t3", "blog")).await.unwrap();
+    let again = store.put_token(&token("t1", "blog")).await;
+    assert!(
+        matches!(again, Err(Error::Conflict { .. })),
+        "an id is never reused: {again:?}"
+    );
+    assert_eq!(
+        store.get_token("t1").await.unwrap(),
+        Some(token("t1", "shop"))
+    );
+    assert_eq!(store.get_token("nope").await.unwrap(), None);
+    let shop: Vec<String> = store
+        .list_tokens(&"shop".parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(shop, vec!["t1".to_owned(), "t2".to_owned()]);
+    assert!(store.delete_token("t1").await.unwrap());
+    assert!(!store.delete_token("t1").await.unwrap());
+    assert_eq!(store.get_token("t1").await.unwrap(), None);
 }
 
 pub async fn alerts_are_replaced_by_name(store: Arc<dyn StateStore>) {

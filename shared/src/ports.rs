@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigBundle;
 use crate::error::Result;
 use crate::model::{
-    AlertState, ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId,
-    JobRecord, JobResult, Release, ReleaseChannelName, ServiceName,
+    AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
+    InstanceRecord, JobId, JobRecord, JobResult, Release, ReleaseChannelName, ServiceName,
 };
 
 /// An immutable, content-hashed config as it was applied.
@@ -143,6 +143,17 @@ pub trait ApprovalStore: Send + Sync {
     async fn list_approvals(&self, key: &InstanceKey) -> Result<Vec<Approval>>;
 }
 
+/// API tokens, stored by id with only a hash of their secret.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Stores a new token; an existing id is a [`crate::Error::Conflict`].
+    async fn put_token(&self, token: &ApiToken) -> Result<()>;
+    async fn get_token(&self, id: &str) -> Result<Option<ApiToken>>;
+    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>>;
+    /// Returns whether a token was deleted.
+    async fn delete_token(&self, id: &str) -> Result<bool>;
+}
+
 /// Alert states pushed from outside (CLI, API, Alertmanager webhooks).
 #[async_trait]
 pub trait AlertStore: Send + Sync {
@@ -163,7 +174,14 @@ pub trait EventStore: Send + Sync {
 
 /// Everything the engine and the control operations persist.
 pub trait StateStore:
-    ConfigStore + InstanceStore + JobStore + ReleaseStore + ApprovalStore + AlertStore + EventStore
+    ConfigStore
+    + InstanceStore
+    + JobStore
+    + ReleaseStore
+    + ApprovalStore
+    + AlertStore
+    + TokenStore
+    + EventStore
 {
 }
 
@@ -174,6 +192,7 @@ impl<T> StateStore for T where
         + ReleaseStore
         + ApprovalStore
         + AlertStore
+        + TokenStore
         + EventStore
 {
 }

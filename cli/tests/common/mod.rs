@@ -44,7 +44,7 @@ impl Project {
     pub fn quickstart() -> Self {
         let project = Self::empty();
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart");
-        copy_dir(&source, project.path());
+        vergence_e2e::copy_dir(&source, project.path());
         project
     }
 
@@ -87,6 +87,10 @@ impl Project {
             .arg(self.path())
             .current_dir(self.path())
             .env_remove("RUST_LOG")
+            // Remote mode only when a test asks for it.
+            .env_remove("VERGENCE_ENDPOINT")
+            .env_remove("VERGENCE_TOKEN")
+            .env_remove("VERGENCE_WEBHOOK_SECRET")
             .output()
             .expect("run vergence");
         Run::of(output)
@@ -130,22 +134,5 @@ impl Project {
             .iter()
             .filter(|e| e["type"] == "jobStarted" && e["job"] == "apply")
             .count()
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".vergence" || name == "deployed" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
     }
 }

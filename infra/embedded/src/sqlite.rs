@@ -16,12 +16,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use vergence_core::model::{
-    AlertState, ApplicationName, Approval, Event, EventFilter, InstanceKey, InstanceRecord, JobId,
-    JobRecord, JobResult, JobState, Release, ServiceName,
+    AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
+    InstanceRecord, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
 };
 use vergence_core::ports::{
     AlertStore, ApprovalStore, ConfigSnapshot, ConfigStore, CurrentConfig, EventStore,
     InstanceChange, InstanceCommit, InstanceFilter, InstanceStore, JobStore, ReleaseStore,
+    TokenStore,
 };
 
 use crate::error::EmbeddedError;
@@ -69,6 +70,11 @@ CREATE TABLE IF NOT EXISTS approvals (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approvals_instance ON approvals (instance);
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    application TEXT NOT NULL,
+    body TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS alerts (
     name TEXT PRIMARY KEY,
     body TEXT NOT NULL
@@ -594,6 +600,62 @@ impl ApprovalStore for SqliteStore {
             approvals.push(from_json("list_approvals", &body)?);
         }
         Ok(approvals)
+    }
+}
+
+#[async_trait]
+impl TokenStore for SqliteStore {
+    async fn put_token(&self, token: &ApiToken) -> Result<()> {
+        let body = to_json("put_token", token)?;
+        self.write("put_token", |tx| {
+            let inserted = tx
+                .execute(
+                    "INSERT INTO tokens (id, application, body) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (id) DO NOTHING",
+                    params![token.id, token.application.as_str(), body],
+                )
+                .map_err(|e| EmbeddedError::sql("put_token", e))?;
+            if inserted == 0 {
+                return Err(EmbeddedError::Conflict {
+                    what: format!("token {}", token.id),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    async fn get_token(&self, id: &str) -> Result<Option<ApiToken>> {
+        let conn = self.conn();
+        let body: Option<String> = conn
+            .query_row("SELECT body FROM tokens WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(|e| EmbeddedError::sql("get_token", e))?;
+        Ok(body.map(|b| from_json("get_token", &b)).transpose()?)
+    }
+
+    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT body FROM tokens WHERE application = ?1 ORDER BY id")
+            .map_err(|e| EmbeddedError::sql("list_tokens", e))?;
+        let rows = stmt
+            .query_map([application.as_str()], |r| r.get::<_, String>(0))
+            .map_err(|e| EmbeddedError::sql("list_tokens", e))?;
+        let mut tokens = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_tokens", e))?;
+            tokens.push(from_json("list_tokens", &body)?);
+        }
+        Ok(tokens)
+    }
+
+    async fn delete_token(&self, id: &str) -> Result<bool> {
+        self.write("delete_token", |tx| {
+            let n = tx
+                .execute("DELETE FROM tokens WHERE id = ?1", [id])
+                .map_err(|e| EmbeddedError::sql("delete_token", e))?;
+            Ok(n > 0)
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::compiler::{self, ConfigModel, promotion_order};
@@ -26,7 +26,7 @@ mod policy;
 const MAX_CONFLICT_RETRIES: usize = 5;
 
 /// What applying a config changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyReport {
     pub hash: String,

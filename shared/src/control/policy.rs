@@ -152,7 +152,11 @@ impl Control {
             }
             None => None,
         };
-        let target_version = match (&to, &record.state.last_good) {
+        let good = match &record.state.last_good {
+            Some(g) if g.version != desired => Some(g),
+            _ => record.state.previous_good.as_ref(),
+        };
+        let target_version = match (&to, good) {
             (Some(t), _) => t.version.clone(),
             (None, Some(good)) => good.version.clone(),
             (None, None) => {
@@ -427,5 +431,46 @@ impl Control {
                 .unwrap_or_else(|| "none (waits for a change)".to_owned())
         ));
         Ok(lines)
+    }
+}
+
+impl Control {
+    /// Records that stepping an instance failed for good (a permanent error,
+    /// or a message given up on): the instance shows FAILED with the error
+    /// as its reason until someone looks at it, and the audit trail says so.
+    pub async fn record_step_failure(
+        &self,
+        key: &InstanceKey,
+        error: &str,
+        dead_lettered: bool,
+        actor: &str,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let result = self
+            .update_instance(key, |r| {
+                let from = r.state.status;
+                r.state.status = crate::model::Status::Failed;
+                r.state.reason = if dead_lettered {
+                    format!(
+                        "Vergence gave up stepping this instance after repeated failures: {error}"
+                    )
+                } else {
+                    format!("Vergence cannot step this instance: {error}")
+                };
+                r.state.since = Some(now);
+                vec![Event::for_instance(
+                    &r.key,
+                    now,
+                    actor,
+                    EventKind::StepFailed { dead_lettered },
+                    format!("{} (was {from})", r.state.reason),
+                )]
+            })
+            .await;
+        match result {
+            // The instance is gone (removed by a config): nothing to record.
+            Err(Error::NotFound { .. }) => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 }

@@ -39,6 +39,8 @@ pub fn decide(record: &InstanceRecord, facts: &Facts) -> Decision {
     };
     match &record.desired {
         Desired::Unresolved { reason } => {
+            // Nothing to check until a release resolves it.
+            decider.state.checks_requested = false;
             decider.set_status(Status::Pending, reason.clone(), Some(WaitCause::Release));
         }
         Desired::Ready(spec) => decider.converge(spec),
@@ -188,11 +190,17 @@ impl Decider<'_> {
                 to.version, desired.version
             ),
         );
+        self.set_status(
+            Status::Pending,
+            format!("{} failed: {reason}", desired.version),
+            None,
+        );
         self.state.rollback = Some(Rollback {
             failed_version: desired.version.clone(),
             to,
             reason,
             started_at: self.now,
+            requested_by: None,
         });
     }
 
@@ -200,7 +208,13 @@ impl Decider<'_> {
         let Some(request) = self.state.rollback_request.take() else {
             return;
         };
-        let Some(to) = request.to.or_else(|| self.state.last_good.clone()) else {
+        // Without a version: the last good one, unless that is what is
+        // desired now, then the one before it.
+        let good = match &self.state.last_good {
+            Some(g) if g.version != desired.version => Some(g.clone()),
+            _ => self.state.previous_good.clone(),
+        };
+        let Some(to) = request.to.or(good) else {
             self.event(
                 EventKind::RollbackRequested { to: None },
                 format!(
@@ -221,11 +235,13 @@ impl Decider<'_> {
                 desired.version, to.version
             ),
         );
+        self.set_status(Status::Pending, reason.clone(), None);
         self.state.rollback = Some(Rollback {
             failed_version: desired.version.clone(),
             to,
             reason,
             started_at: self.now,
+            requested_by: Some(request.actor.clone()),
         });
     }
 
@@ -423,6 +439,13 @@ impl Decider<'_> {
         let failure = format!("{what} {}", result.describe());
         self.job_finished_event(flight, result, failure.clone());
         self.count_failure(spec, failure);
+        // A lost apply may well have run: look before applying again.
+        if result.outcome == JobOutcome::Lost && spec.fetch.is_some() {
+            self.state.checks_requested = true;
+            if let Some(target) = self.state.target.as_mut() {
+                target.retry_at = None;
+            }
+        }
     }
 
     /// Counts a failed attempt against the retry policy: wait and retry, or
@@ -579,6 +602,9 @@ impl Decider<'_> {
                     );
                     return self.evaluate_after_failure(spec);
                 }
+                // The grace period only runs while an apply is verified; after
+                // a failed or lost apply its end is past and means nothing.
+                let grace_end = grace_end.filter(|_| target.applied_seq.is_some());
                 let until = grace_end
                     .map(|end| format!("; waiting until {}", moment(end)))
                     .unwrap_or_default();
@@ -911,6 +937,7 @@ impl Decider<'_> {
         {
             return;
         }
+        self.state.previous_good = self.state.last_good.take();
         self.state.last_good = Some(Box::new(RollbackTarget {
             version: spec.version.clone(),
             apply: spec.apply.clone(),
@@ -998,7 +1025,13 @@ impl Decider<'_> {
         let Some(rollback) = self.state.rollback.clone() else {
             return;
         };
-        let why = format!("{} failed ({})", rollback.failed_version, rollback.reason);
+        let why = match &rollback.requested_by {
+            Some(actor) => format!(
+                "{actor} asked to roll back from {}",
+                rollback.failed_version
+            ),
+            None => format!("{} failed ({})", rollback.failed_version, rollback.reason),
+        };
         match self.state.status {
             Status::Converged => {
                 if before != Status::RolledBack {

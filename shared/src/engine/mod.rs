@@ -115,4 +115,6 @@ pub fn settled(record: &InstanceRecord) -> Settled {
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
+mod property_tests;
+#[cfg(test)]
 mod tests;

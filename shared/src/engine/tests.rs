@@ -727,3 +727,17 @@ fn drift_after_a_verified_apply_is_remediated_not_mistaken_for_verification() {
         "`vergence up` can stop here"
     );
 }
+
+#[test]
+fn a_lost_apply_is_checked_with_a_fetch_before_it_is_applied_again() {
+    let mut sim = Sim::new(spec("staging", "v1", Some(FetchMode::ExitCode)));
+    sim.step();
+    assert_eq!(sim.finish(2, "").jobs[0].kind, JobKind::Apply);
+    // The worker ran the apply and died before recording its result.
+    sim.now = sim.record.state.in_flight.as_ref().unwrap().deadline;
+    let d = sim.step();
+    assert_eq!(d.jobs[0].kind, JobKind::Fetch, "look before applying again");
+    let d = sim.finish(0, "");
+    assert!(d.jobs.is_empty(), "it had applied: no second apply");
+    assert_eq!(sim.status(), Status::Converged);
+}

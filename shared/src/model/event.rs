@@ -81,6 +81,12 @@ pub enum EventKind {
     RollbackRequested {
         to: Option<String>,
     },
+    /// A convergence step failed in a way retrying does not fix, or its
+    /// message was given up on (moved to the dead-letter queue).
+    #[serde(rename_all = "camelCase")]
+    StepFailed {
+        dead_lettered: bool,
+    },
 }
 
 impl EventKind {
@@ -109,6 +115,7 @@ impl EventKind {
             EventKind::Pinned { .. } => "pinned",
             EventKind::Unpinned => "unpinned",
             EventKind::RollbackRequested { .. } => "rollbackRequested",
+            EventKind::StepFailed { .. } => "stepFailed",
         }
     }
 }

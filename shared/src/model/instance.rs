@@ -248,6 +248,10 @@ pub struct InstanceState {
     /// automatic rollback goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_good: Option<Box<RollbackTarget>>,
+    /// The good version before `last_good`: where a manual rollback goes
+    /// once the last good one is the desired one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_good: Option<Box<RollbackTarget>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<Rollback>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +283,7 @@ impl InstanceState {
             protections: BTreeMap::new(),
             post_deployment: None,
             last_good: None,
+            previous_good: None,
             rollback: None,
             rollback_request: None,
             info: Vec::new(),

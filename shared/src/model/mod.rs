@@ -7,6 +7,7 @@ pub mod job;
 pub mod names;
 pub mod policy;
 pub mod release;
+pub mod token;
 
 pub use compiled::*;
 pub use event::*;
@@ -15,5 +16,6 @@ pub use job::*;
 pub use names::*;
 pub use policy::*;
 pub use release::*;
+pub use token::*;
 pub mod window;
 pub use window::*;

@@ -117,6 +117,9 @@ pub struct Rollback {
     /// Why: the failure, or who asked.
     pub reason: String,
     pub started_at: Timestamp,
+    /// Who asked, for a manual rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 /// A manual rollback asked for through the CLI or API.

@@ -1,0 +1,107 @@
+//! A deployment's clients and adapters, from the function's environment
+//! (set by template.yaml).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use vergence_aws::{DynamoStore, SqsQueue};
+use vergence_core::control::Control;
+use vergence_core::ports::{Clock, StateStore, SystemClock, WorkQueue};
+
+use crate::LambdaError;
+
+/// Where state and work live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeploymentConfig {
+    /// `VERGENCE_TABLE`: the DynamoDB table.
+    pub table: String,
+    /// `VERGENCE_QUEUE_URL`: the SQS work queue.
+    pub queue_url: String,
+    /// `VERGENCE_JOB_TIMEOUT_MARGIN_SECONDS`: how long before the function's
+    /// own deadline a local job is killed, so its result is still recorded.
+    pub job_timeout_margin: Duration,
+}
+
+impl DeploymentConfig {
+    pub fn from_env() -> Result<Self, LambdaError> {
+        let var = |name: &'static str, why: &'static str| {
+            std::env::var(name).map_err(|_| LambdaError::MissingEnv { name, why })
+        };
+        let margin = match std::env::var("VERGENCE_JOB_TIMEOUT_MARGIN_SECONDS") {
+            Ok(raw) => raw.parse::<u64>().map_err(|e| LambdaError::InvalidEnv {
+                name: "VERGENCE_JOB_TIMEOUT_MARGIN_SECONDS",
+                value: raw.clone(),
+                message: e.to_string(),
+            })?,
+            Err(_) => 30,
+        };
+        Ok(Self {
+            table: var(
+                "VERGENCE_TABLE",
+                "the DynamoDB table holding Vergence's state",
+            )?,
+            queue_url: var("VERGENCE_QUEUE_URL", "the SQS queue of convergence steps")?,
+            job_timeout_margin: Duration::from_secs(margin),
+        })
+    }
+}
+
+/// The adapters every function works with.
+#[derive(Clone)]
+#[allow(missing_debug_implementations)] // holds SDK clients behind trait objects
+pub struct Deployment {
+    pub store: Arc<DynamoStore>,
+    pub queue: Arc<SqsQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub config: DeploymentConfig,
+}
+
+impl Deployment {
+    /// Clients from the standard AWS environment (region, credentials, and
+    /// `AWS_ENDPOINT_URL` when pointed at stand-ins).
+    pub async fn from_env() -> Result<Self, LambdaError> {
+        let config = DeploymentConfig::from_env()?;
+        let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
+        Ok(Self::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            aws_sdk_sqs::Client::new(&sdk),
+            config,
+        ))
+    }
+
+    pub fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        config: DeploymentConfig,
+    ) -> Self {
+        Self::with_clock(dynamodb, sqs, config, Arc::new(SystemClock))
+    }
+
+    /// With another clock (tests move time with a manual one).
+    pub fn with_clock(
+        dynamodb: aws_sdk_dynamodb::Client,
+        sqs: aws_sdk_sqs::Client,
+        config: DeploymentConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store: Arc::new(DynamoStore::new(dynamodb, config.table.clone())),
+            queue: Arc::new(SqsQueue::new(sqs, config.queue_url.clone()).with_clock(clock.clone())),
+            clock,
+            config,
+        }
+    }
+
+    pub fn state(&self) -> Arc<dyn StateStore> {
+        self.store.clone()
+    }
+
+    pub fn work(&self) -> Arc<dyn WorkQueue> {
+        self.queue.clone()
+    }
+
+    pub fn control(&self) -> Control {
+        Control::new(self.state(), self.work(), self.clock.clone())
+    }
+}

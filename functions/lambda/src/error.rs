@@ -1,0 +1,21 @@
+use thiserror::Error;
+
+/// Why a function could not start or finish its work.
+#[derive(Debug, Error)]
+pub enum LambdaError {
+    #[error("environment variable {name} is not set: {why}")]
+    MissingEnv {
+        name: &'static str,
+        why: &'static str,
+    },
+
+    #[error("environment variable {name}={value:?} is invalid: {message}")]
+    InvalidEnv {
+        name: &'static str,
+        value: String,
+        message: String,
+    },
+
+    #[error(transparent)]
+    Core(#[from] vergence_core::Error),
+}

@@ -1,0 +1,204 @@
+//! The worker: one convergence step per SQS message. Jobs of the local
+//! runner run inside the invocation, bounded well under the function's
+//! deadline, and report through the same path as every asynchronous runner
+//! (the job record, then a message for the instance).
+//!
+//! Failures are reported per message (`ReportBatchItemFailures`): a
+//! retryable error fails only its message, which SQS delivers again; a
+//! permanent one marks the instance FAILED with the error and consumes the
+//! message. A message on its last delivery before the dead-letter queue is
+//! recorded as an event on its instance, so the poison is visible.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use tracing::{error, info, warn};
+use vergence_aws::WorkMessage;
+use vergence_core::engine::{Engine, JobCompletion};
+use vergence_core::model::JobRecord;
+use vergence_core::ports::Runner;
+use vergence_runner_local::LocalRunner;
+
+use crate::Deployment;
+
+/// Who the worker's own events are attributed to.
+const ACTOR: &str = "worker";
+
+/// Jobs shorter than this are not started at the end of an invocation: the
+/// message is retried in a fresh one instead.
+const MIN_JOB_TIME: Duration = Duration::from_secs(5);
+
+/// The worker's settings.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Deliveries after which SQS moves a message to the dead-letter queue
+    /// (the queue's `maxReceiveCount`).
+    pub max_receive_count: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            max_receive_count: 5,
+        }
+    }
+}
+
+#[allow(missing_debug_implementations)] // holds SDK clients behind trait objects
+pub struct Worker {
+    deployment: Deployment,
+    config: WorkerConfig,
+    /// Replaces the local runner (tests inject crashes with it).
+    runner: Option<Arc<dyn Runner>>,
+}
+
+impl Worker {
+    pub fn new(deployment: Deployment, config: WorkerConfig) -> Self {
+        Self {
+            deployment,
+            config,
+            runner: None,
+        }
+    }
+
+    /// A worker whose jobs go to `runner` instead of the local runner.
+    pub fn with_runner(
+        deployment: Deployment,
+        config: WorkerConfig,
+        runner: Arc<dyn Runner>,
+    ) -> Self {
+        Self {
+            deployment,
+            config,
+            runner: Some(runner),
+        }
+    }
+
+    /// Steps the instance of every message; `deadline` is the invocation's.
+    pub async fn handle(&self, event: SqsEvent, deadline: Option<Instant>) -> SqsBatchResponse {
+        let runner: Arc<dyn Runner> = match &self.runner {
+            Some(runner) => runner.clone(),
+            None => Arc::new(BoundedRunner {
+                inner: LocalRunner::inline(self.completion()),
+                deadline,
+                margin: self.deployment.config.job_timeout_margin,
+            }),
+        };
+        let engine = Engine::new(
+            self.deployment.state(),
+            self.deployment.work(),
+            runner,
+            self.deployment.clock.clone(),
+        );
+        let mut response = SqsBatchResponse::default();
+        for message in event.records {
+            if let Err(id) = self.handle_message(&engine, &message).await {
+                let mut failure = BatchItemFailure::default();
+                failure.item_identifier = id;
+                response.batch_item_failures.push(failure);
+            }
+        }
+        response
+    }
+
+    /// Where finished jobs are reported: the job record, then a message.
+    pub fn completion(&self) -> Arc<JobCompletion> {
+        Arc::new(JobCompletion::new(
+            self.deployment.state(),
+            self.deployment.work(),
+            self.deployment.clock.clone(),
+        ))
+    }
+
+    /// `Err(message id)` when the message must be delivered again.
+    async fn handle_message(&self, engine: &Engine, message: &SqsMessage) -> Result<(), String> {
+        let id = message.message_id.clone().unwrap_or_default();
+        let body = message.body.as_deref().unwrap_or_default();
+        let work = match WorkMessage::parse(body) {
+            Ok(work) => work,
+            Err(e) => {
+                // Nothing names an instance: retrying cannot help.
+                error!(message_id = %id, error = %e, "dropping a malformed work message");
+                return Ok(());
+            }
+        };
+        let key = work.instance;
+        match engine.step(&key).await {
+            Ok(report) => {
+                info!(instance = %key, status = ?report.status, jobs = report.dispatched.len(), "stepped");
+                Ok(())
+            }
+            Err(e) if e.is_retryable() => {
+                let receives = receive_count(message);
+                if receives >= self.config.max_receive_count {
+                    error!(instance = %key, error = %e, receives, "giving up: the message goes to the dead-letter queue");
+                    let control = self.deployment.control();
+                    if let Err(record) = control
+                        .record_step_failure(&key, &e.to_string(), true, ACTOR)
+                        .await
+                    {
+                        warn!(instance = %key, error = %record, "could not record the dead-lettered step");
+                    }
+                } else {
+                    warn!(instance = %key, error = %e, receives, "step failed; the message will be delivered again");
+                }
+                Err(id)
+            }
+            Err(e) => {
+                error!(instance = %key, error = %e, "step failed permanently");
+                let control = self.deployment.control();
+                match control
+                    .record_step_failure(&key, &e.to_string(), false, ACTOR)
+                    .await
+                {
+                    Ok(()) => Ok(()),
+                    // Could not even record it: let SQS try again.
+                    Err(_) => Err(id),
+                }
+            }
+        }
+    }
+}
+
+fn receive_count(message: &SqsMessage) -> u32 {
+    message
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The local runner, with each job's timeout cut to what is left of the
+/// invocation minus a margin, so a job never outlives the function and its
+/// result is always recorded.
+struct BoundedRunner {
+    inner: LocalRunner,
+    deadline: Option<Instant>,
+    margin: Duration,
+}
+
+#[async_trait]
+impl Runner for BoundedRunner {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_core::Result<()> {
+        let Some(deadline) = self.deadline else {
+            return self.inner.dispatch(job).await;
+        };
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(self.margin);
+        if left < MIN_JOB_TIME {
+            return Err(vergence_core::Error::Runner {
+                runner: "local".into(),
+                message: "too little time left in this invocation to start the job".into(),
+            });
+        }
+        let mut bounded = job.clone();
+        let left = jiff::SignedDuration::try_from(left).unwrap_or(jiff::SignedDuration::MAX);
+        if left < bounded.spec.timeout {
+            bounded.spec.timeout = left;
+        }
+        self.inner.dispatch(&bounded).await
+    }
+}

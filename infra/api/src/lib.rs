@@ -1,0 +1,104 @@
+//! Vergence's HTTP API: one axum [`router`] over the control operations —
+//! upload configs, push releases (the CI webhook), record approvals, set
+//! alert states (also from Alertmanager), read status and events.
+//!
+//! The same router is served by `vergence serve` over the embedded store and
+//! by the `api` Lambda function over DynamoDB. It is a plain tower service
+//! and knows nothing about Lambda or AWS. Routes live under `/v1`, speak
+//! JSON in camelCase, and are described in `docs/openapi.json`; a test keeps
+//! the document and the router in step.
+//!
+//! Callers authenticate with per-application tokens (`vgt_<id>_<secret>`,
+//! stored only as a SHA-256 of the secret) whose scopes say what they may
+//! do; webhook routes can additionally require an HMAC-SHA256 signature.
+
+mod alertmanager;
+mod auth;
+mod error;
+mod routes;
+mod tokens;
+pub mod wire;
+
+use std::sync::Arc;
+
+use vergence_core::control::Control;
+use vergence_core::ports::{Clock, StateStore};
+
+pub use alertmanager::vergence_alert_name;
+pub use auth::{MAX_WEBHOOK_SKEW_SECONDS, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook};
+/// The router type, so wiring crates need no direct axum dependency.
+pub use axum::Router;
+pub use error::ApiError;
+pub use routes::{endpoints, router};
+pub use tokens::{create_token, secret_sha256};
+
+/// Default limit on request bodies: generous for a config bundle, small
+/// enough that a stray upload cannot exhaust a Lambda's memory.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+
+/// How the API behaves, beyond the state it works on.
+#[derive(Clone)]
+pub struct ApiConfig {
+    /// Larger request bodies are refused with 413.
+    pub max_body_bytes: usize,
+    /// When set, webhook routes (releases, Alertmanager) also require an
+    /// `X-Vergence-Signature` HMAC of the body with this secret.
+    pub webhook_secret: Option<String>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            webhook_secret: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret never reaches logs.
+        f.debug_struct("ApiConfig")
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// What every handler works with; cheap to clone (all shared).
+#[derive(Clone)]
+pub struct ApiState {
+    control: Arc<Control>,
+    store: Arc<dyn StateStore>,
+    clock: Arc<dyn Clock>,
+    config: Arc<ApiConfig>,
+}
+
+impl ApiState {
+    /// `control` must work on `store`: tokens are read from the store, every
+    /// change goes through the control operations.
+    pub fn new(
+        control: Arc<Control>,
+        store: Arc<dyn StateStore>,
+        clock: Arc<dyn Clock>,
+        config: ApiConfig,
+    ) -> Self {
+        Self {
+            control,
+            store,
+            clock,
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

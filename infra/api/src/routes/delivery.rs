@@ -1,0 +1,74 @@
+//! Releases (the CI webhook) and approvals.
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::HeaderMap;
+use vergence_core::model::{
+    ApplicationName, Approval, InstanceKey, Release, ReleaseChannelName, Scope, ServiceName,
+};
+
+use super::{parse_json, parse_name, path_error, read_body};
+use crate::auth::{authenticate, verify_webhook};
+use crate::wire::{ApprovalRequest, ReleaseRequest};
+use crate::{ApiError, ApiState};
+
+/// `POST /v1/applications/{app}/services/{service}/releases`.
+pub(super) async fn push_release(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+    request: Request,
+) -> Result<Json<Release>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    let Path((app, service)) = path.map_err(path_error)?;
+    let application: ApplicationName = parse_name("application", &app)?;
+    let service: ServiceName = parse_name("service", &service)?;
+    caller.authorize(&application, Scope::Release)?;
+    let body = read_body(&api, request).await?;
+    verify_webhook(&api, &headers, &body)?;
+    let request: ReleaseRequest = parse_json(&body)?;
+    let version = request
+        .version
+        .ok_or_else(|| ApiError::invalid("version", "missing field"))?;
+    let release = api
+        .control
+        .push_release(
+            Some(application),
+            &service,
+            &version,
+            &request.params,
+            &caller.actor(),
+        )
+        .await?;
+    Ok(Json(release))
+}
+
+/// `POST /v1/applications/{app}/services/{service}/release-channels/{rc}/approvals`.
+pub(super) async fn approve(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    request: Request,
+) -> Result<Json<Approval>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    let Path((app, service, channel)) = path.map_err(path_error)?;
+    let key = InstanceKey::new(
+        parse_name::<ApplicationName>("application", &app)?,
+        parse_name::<ServiceName>("service", &service)?,
+        parse_name::<ReleaseChannelName>("releaseChannel", &channel)?,
+    );
+    caller.authorize(&key.application, Scope::Approve)?;
+    let body = read_body(&api, request).await?;
+    // `curl -X POST` without a body approves the desired version.
+    let request: ApprovalRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ApprovalRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let approval = api
+        .control
+        .approve(&key, request.version.as_deref(), &caller.actor())
+        .await?;
+    Ok(Json(approval))
+}

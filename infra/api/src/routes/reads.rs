@@ -1,0 +1,130 @@
+//! Reading: health, an application's status and its events. Any scope of
+//! the application may read.
+
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use serde::Deserialize;
+use vergence_core::model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceName};
+use vergence_core::ports::InstanceFilter;
+
+use super::{parse_name, path_error, query_error};
+use crate::auth::authenticate;
+use crate::wire::{EventsResponse, Health, InstanceView, StatusResponse};
+use crate::{ApiError, ApiState};
+
+/// Events answered when no limit is given (the CLI's default too).
+const DEFAULT_EVENT_LIMIT: usize = 200;
+const MAX_EVENT_LIMIT: usize = 10_000;
+
+/// `GET /v1/healthz`: the process is up. Needs no token.
+pub(super) async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ReadQuery {
+    service: Option<String>,
+    release_channel: Option<String>,
+    limit: Option<String>,
+}
+
+/// The application of the path, checked against the caller's token.
+async fn readable_application(
+    api: &ApiState,
+    headers: &HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<ApplicationName, ApiError> {
+    let caller = authenticate(api, headers).await?;
+    let Path(app) = path.map_err(path_error)?;
+    let application: ApplicationName = parse_name("application", &app)?;
+    caller.authorize_application(&application)?;
+    Ok(application)
+}
+
+/// An empty answer is only right for an application in the config in force;
+/// otherwise the caller has the name wrong.
+async fn require_configured(api: &ApiState, application: &ApplicationName) -> Result<(), ApiError> {
+    let configured = api
+        .control
+        .current_model()
+        .await?
+        .is_some_and(|model| model.applications.contains_key(application));
+    if configured {
+        return Ok(());
+    }
+    Err(vergence_core::Error::not_found(format!("application {application}")).into())
+}
+
+fn optional_name<T: std::str::FromStr<Err = String>>(
+    field: &str,
+    raw: Option<&str>,
+) -> Result<Option<T>, ApiError> {
+    raw.map(|r| parse_name(field, r)).transpose()
+}
+
+/// `GET /v1/applications/{app}/status[?service=&releaseChannel=]`.
+pub(super) async fn status(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<Json<StatusResponse>, ApiError> {
+    let application = readable_application(&api, &headers, path).await?;
+    let Query(query) = query.map_err(query_error)?;
+    let filter = InstanceFilter {
+        application: Some(application.clone()),
+        service: optional_name::<ServiceName>("service", query.service.as_deref())?,
+        release_channel: optional_name::<ReleaseChannelName>(
+            "releaseChannel",
+            query.release_channel.as_deref(),
+        )?,
+    };
+    let records = api.control.status(&filter).await?;
+    if records.is_empty() {
+        require_configured(&api, &application).await?;
+    }
+    Ok(Json(StatusResponse {
+        instances: records.iter().map(InstanceView::of).collect(),
+    }))
+}
+
+/// `GET /v1/applications/{app}/events[?service=&releaseChannel=&limit=]`.
+pub(super) async fn events(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ReadQuery>, QueryRejection>,
+) -> Result<Json<EventsResponse>, ApiError> {
+    let application = readable_application(&api, &headers, path).await?;
+    let Query(query) = query.map_err(query_error)?;
+    let limit = match query.limit.as_deref() {
+        None => DEFAULT_EVENT_LIMIT,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_EVENT_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    format!("{raw:?} is not a number from 1 to {MAX_EVENT_LIMIT}"),
+                )
+            })?,
+    };
+    let filter = EventFilter {
+        application: Some(application.clone()),
+        service: optional_name("service", query.service.as_deref())?,
+        release_channel: optional_name("releaseChannel", query.release_channel.as_deref())?,
+        limit: Some(limit),
+    };
+    let events = api.control.events(&filter).await?;
+    // Events outlive a removed application, so history stays readable.
+    if events.is_empty() {
+        require_configured(&api, &application).await?;
+    }
+    Ok(Json(EventsResponse { events }))
+}

@@ -1,0 +1,166 @@
+//! The JSON bodies of the API, as the server writes them and clients (the
+//! CLI's remote mode) read them. One definition per shape, so `vergence
+//! status --output json` locally and `GET …/status` remotely cannot drift
+//! apart. Field names are camelCase; `docs/openapi.json` describes them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use vergence_core::config::ConfigError;
+use vergence_core::model::{
+    ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord, ReleaseChannelName,
+    ServiceName, Status,
+};
+
+/// One instance in a status answer (and in `vergence status --output json`,
+/// a contract for scripts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    pub application: ApplicationName,
+    pub service: ServiceName,
+    pub release_channel: ReleaseChannelName,
+    pub desired_version: Option<String>,
+    pub current_version: Option<String>,
+    pub status: Status,
+    pub reason: String,
+    /// What getInfo reported, for people.
+    pub info: Vec<InfoOutput>,
+}
+
+impl InstanceView {
+    pub fn of(record: &InstanceRecord) -> Self {
+        Self {
+            application: record.key.application.clone(),
+            service: record.key.service.clone(),
+            release_channel: record.key.release_channel.clone(),
+            desired_version: record.desired.version().map(str::to_owned),
+            current_version: record.state.current_version.clone(),
+            status: record.state.status,
+            reason: record.state.reason.clone(),
+            info: record.state.info.clone(),
+        }
+    }
+}
+
+/// `GET /v1/applications/{app}/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    pub instances: Vec<InstanceView>,
+}
+
+/// `GET /v1/applications/{app}/events`, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsResponse {
+    pub events: Vec<Event>,
+}
+
+/// `POST /v1/configs`: the YAML files of a config directory, keyed by path
+/// relative to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigPushRequest {
+    pub files: Option<BTreeMap<String, String>>,
+}
+
+/// What `POST /v1/configs?validateOnly=true` answers for a valid config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationReport {
+    pub hash: String,
+    pub applications: Vec<ApplicationName>,
+    pub runtimes: usize,
+    pub instances: usize,
+}
+
+/// `POST /v1/applications/{app}/services/{service}/releases`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseRequest {
+    pub version: Option<String>,
+    #[serde(default)]
+    pub params: BTreeMap<String, String>,
+}
+
+/// `POST /v1/applications/{app}/services/{service}/release-channels/{rc}/approvals`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// The version approved; default: the instance's desired version.
+    pub version: Option<String>,
+}
+
+/// An alert's state as the API spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertStateName {
+    Firing,
+    Resolved,
+}
+
+impl AlertStateName {
+    pub fn of(firing: bool) -> Self {
+        if firing {
+            AlertStateName::Firing
+        } else {
+            AlertStateName::Resolved
+        }
+    }
+
+    pub fn is_firing(self) -> bool {
+        self == AlertStateName::Firing
+    }
+}
+
+/// `PUT /v1/alerts/{name}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AlertRequest {
+    pub state: Option<AlertStateName>,
+    pub summary: Option<String>,
+}
+
+/// An alert after it was set: the instances of the caller's application
+/// whose protections refer to it (they are looked at again now).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertResponse {
+    pub name: String,
+    pub state: AlertStateName,
+    pub instances: Vec<InstanceKey>,
+}
+
+/// `POST /v1/alerts/alertmanager`: every alert of the payload, by Vergence name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertsResponse {
+    pub alerts: Vec<AlertResponse>,
+}
+
+/// `GET /v1/healthz`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+}
+
+/// Every error answer: `{"error": {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// Stable, machine-readable: `invalidRequest`, `invalidConfig`,
+    /// `unauthorized`, `forbidden`, `notFound`, `methodNotAllowed`,
+    /// `conflict`, `payloadTooLarge`, `unavailable`, `internal`.
+    pub code: String,
+    /// One sentence for people.
+    pub message: String,
+    /// The input at fault (`version`, `params.replicas`, `body`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// For `invalidConfig`: every problem, with file, line and field path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ConfigError>,
+}

@@ -1,0 +1,255 @@
+//! Pushing releases and recording approvals.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+use vergence_core::model::{InstanceKey, Scope};
+use vergence_core::ports::{ApprovalStore, InstanceStore, ReleaseStore};
+
+use crate::common::{APPROVALS, Api, RELEASES, request};
+
+fn web(channel: &str) -> InstanceKey {
+    InstanceKey::new(
+        "shop".parse().unwrap(),
+        "web".parse().unwrap(),
+        channel.parse().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn ci_pushes_a_release_with_a_release_token() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let reply = api
+        .call(
+            Method::POST,
+            RELEASES,
+            Some(&ci),
+            Some(json!({"version": "v2", "params": {"commit": "abc1234", "workers": "2"}})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["version"], "v2");
+    assert_eq!(reply.json["params"]["workers"], json!({"int": 2}));
+    assert_eq!(reply.json["params"]["commit"], json!({"string": "abc1234"}));
+    assert!(
+        reply.json["actor"]
+            .as_str()
+            .unwrap()
+            .starts_with("api:token-")
+    );
+    let latest = api
+        .store
+        .latest_release(&"shop".parse().unwrap(), &"web".parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.version, "v2");
+    let staging = api
+        .store
+        .get_instance(&web("staging"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(staging.desired.version(), Some("v2"));
+}
+
+#[tokio::test]
+async fn bad_release_input_is_a_400_naming_the_field() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    for (uri, body, field) in [
+        (RELEASES, "{", "body"),
+        (RELEASES, "{}", "version"),
+        (RELEASES, r#"{"version": 2}"#, "version"),
+        (RELEASES, r#"{"version": "v 2"}"#, "version"),
+        (RELEASES, r#"{"version": "v2", "verison": "v2"}"#, "verison"),
+        (
+            RELEASES,
+            r#"{"version": "v2", "params": {"nope": "1"}}"#,
+            "params.nope",
+        ),
+        (
+            RELEASES,
+            r#"{"version": "v2", "params": {"workers": "many"}}"#,
+            "params.workers",
+        ),
+        (
+            RELEASES,
+            r#"{"version": "v2", "params": {"workers": 2}}"#,
+            "params.workers",
+        ),
+        (
+            "/v1/applications/shop/services/Web/releases",
+            r#"{"version": "v2"}"#,
+            "service",
+        ),
+    ] {
+        let reply = api
+            .refused(
+                request(Method::POST, uri, Some(&ci), Some(body.into())),
+                StatusCode::BAD_REQUEST,
+                "invalidRequest",
+            )
+            .await;
+        assert_eq!(reply.error()["field"], field, "{body}: {reply:?}");
+    }
+}
+
+#[tokio::test]
+async fn releasing_an_unknown_service_or_application_is_a_404() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let body = json!({"version": "v2"}).to_string();
+    api.refused(
+        request(
+            Method::POST,
+            "/v1/applications/shop/services/cart/releases",
+            Some(&ci),
+            Some(body.clone()),
+        ),
+        StatusCode::NOT_FOUND,
+        "notFound",
+    )
+    .await;
+    let ghost = api.token("ghost", &[Scope::Release]).await;
+    api.refused(
+        request(
+            Method::POST,
+            "/v1/applications/ghost/services/web/releases",
+            Some(&ghost),
+            Some(body),
+        ),
+        StatusCode::NOT_FOUND,
+        "notFound",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_version_pushed_again_with_other_params_is_a_conflict() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let first = json!({"version": "v2", "params": {"workers": "2"}});
+    assert_eq!(
+        api.call(Method::POST, RELEASES, Some(&ci), Some(first.clone()))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // The same push again (a redelivered webhook) is fine.
+    assert_eq!(
+        api.call(Method::POST, RELEASES, Some(&ci), Some(first))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let other = json!({"version": "v2", "params": {"workers": "3"}}).to_string();
+    api.refused(
+        request(Method::POST, RELEASES, Some(&ci), Some(other)),
+        StatusCode::CONFLICT,
+        "conflict",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_approver_approves_the_desired_version_or_a_given_one() {
+    let api = Api::new().with_quickstart().await;
+    let approver = api.token("shop", &[Scope::Approve]).await;
+    // No body: the desired version.
+    let reply = api
+        .send(request(Method::POST, APPROVALS, Some(&approver), None))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let desired = api.store.get_instance(&web("prod")).await.unwrap().unwrap();
+    assert_eq!(reply.json["version"], desired.desired.version().unwrap());
+    let reply = api
+        .call(
+            Method::POST,
+            APPROVALS,
+            Some(&approver),
+            Some(json!({"version": "v7"})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let approvals = api.store.list_approvals(&web("prod")).await.unwrap();
+    assert_eq!(approvals.len(), 2);
+    assert_eq!(approvals[1].version, "v7");
+}
+
+#[tokio::test]
+async fn approving_needs_the_approve_scope_of_the_same_application() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let reply = api
+        .refused(
+            request(Method::POST, APPROVALS, Some(&ci), Some("{}".into())),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        )
+        .await;
+    let message = reply.error()["message"].as_str().unwrap();
+    assert!(message.contains("lacks scope approve"), "{message}");
+    let other_app = api.token("blog", &[Scope::Admin]).await;
+    let reply = api
+        .refused(
+            request(Method::POST, APPROVALS, Some(&other_app), Some("{}".into())),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        )
+        .await;
+    let message = reply.error()["message"].as_str().unwrap();
+    assert!(
+        message.contains("belongs to application blog, not shop"),
+        "{message}"
+    );
+    // An admin of the application may approve.
+    let admin = api.token("shop", &[Scope::Admin]).await;
+    let reply = api
+        .send(request(Method::POST, APPROVALS, Some(&admin), None))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+}
+
+#[tokio::test]
+async fn approving_an_unknown_instance_or_a_bad_version_writes_nothing() {
+    let api = Api::new().with_quickstart().await;
+    let approver = api.token("shop", &[Scope::Approve]).await;
+    api.refused(
+        request(
+            Method::POST,
+            "/v1/applications/shop/services/web/release-channels/qa/approvals",
+            Some(&approver),
+            None,
+        ),
+        StatusCode::NOT_FOUND,
+        "notFound",
+    )
+    .await;
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                APPROVALS,
+                Some(&approver),
+                Some(r#"{"version": "v/1"}"#.into()),
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalidRequest",
+        )
+        .await;
+    assert_eq!(reply.error()["field"], "version");
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                "/v1/applications/shop/services/web/release-channels/Prod/approvals",
+                Some(&approver),
+                None,
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalidRequest",
+        )
+        .await;
+    assert_eq!(reply.error()["field"], "releaseChannel");
+}

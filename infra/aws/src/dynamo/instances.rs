@@ -1,0 +1,330 @@
+//! Service instances: every write conditional on the revision read, written
+//! atomically with the jobs and events its decision implies; and the sparse,
+//! sharded due index the scheduler queries.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+
+use vergence_core::model::{ApplicationName, InstanceKey, InstanceRecord};
+use vergence_core::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
+
+use super::events::event_item;
+use super::jobs::job_item;
+use super::payload::{decode_inline, inline_body};
+use super::table::{DUE_INDEX, DUE_PK, DUE_SHARDS, DUE_SK};
+use super::write::{Expression, Outcome, Write, item_size};
+use super::{DynamoStore, Item, describe, get_attr, get_u64, key, n, s, sortable_millis};
+use crate::error::AwsError;
+
+type Result<T> = vergence_core::Result<T>;
+
+const REVISION: &str = "revision";
+const BODY: &str = "body";
+/// DynamoDB's limit on the writes in one transaction.
+const TRANSACTION_ITEMS: usize = 100;
+/// DynamoDB's 4 MB limit on a transaction, less a margin for what the size
+/// estimate leaves out (expressions, request framing).
+const TRANSACTION_BYTES: usize = 4 * 1024 * 1024 - 256 * 1024;
+
+fn instance_pk(application: &ApplicationName) -> String {
+    format!("instances#{application}")
+}
+
+fn instance_sk(instance: &InstanceKey) -> String {
+    format!("instance#{}/{}", instance.service, instance.release_channel)
+}
+
+/// A stable shard for the instance, so its index entries always land in
+/// the same `due#<shard>` partition (SHA-256: stable across processes and
+/// releases, unlike the standard library's hasher).
+fn due_shard(id: &str) -> u32 {
+    let digest = Sha256::digest(id.as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % DUE_SHARDS
+}
+
+fn instance_item(record: &InstanceRecord, revision: u64) -> std::result::Result<Item, AwsError> {
+    let instance = &record.key;
+    let mut stored = record.clone();
+    stored.revision = revision;
+    let mut item = key(instance_pk(&instance.application), instance_sk(instance));
+    item.insert(REVISION.to_owned(), n(revision));
+    let body = inline_body("commit", || format!("instance {instance}"), &stored)?;
+    item.insert(BODY.to_owned(), body);
+    // Only instances waiting for a time carry the index keys: the index stays sparse.
+    if let Some(at) = record.next_check_at {
+        let id = instance.storage_id();
+        item.insert(DUE_PK.to_owned(), s(format!("due#{}", due_shard(&id))));
+        item.insert(
+            DUE_SK.to_owned(),
+            s(format!("{}#{id}", sortable_millis(at.as_millisecond()))),
+        );
+    }
+    Ok(item)
+}
+
+fn decode_instance(
+    operation: &'static str,
+    item: &Item,
+) -> std::result::Result<InstanceRecord, AwsError> {
+    let body = get_attr(operation, item, BODY)?;
+    let mut record: InstanceRecord = decode_inline(operation, &describe(item), body)?;
+    record.revision = get_u64(operation, item, REVISION)?;
+    Ok(record)
+}
+
+/// The instance's own write, conditional on the revision read, and the
+/// revision it leaves (0 after a delete).
+fn instance_write(commit: &InstanceCommit) -> std::result::Result<(Write, u64), AwsError> {
+    let condition = Some(match commit.expected_revision {
+        None => Expression::absent(),
+        Some(revision) => Expression::equals(REVISION, n(revision)),
+    });
+    Ok(match &commit.change {
+        InstanceChange::Put(record) => {
+            let next = commit.expected_revision.unwrap_or(0) + 1;
+            (Write::put(instance_item(record, next)?, condition), next)
+        }
+        InstanceChange::Delete(instance) => {
+            let key = key(instance_pk(&instance.application), instance_sk(instance));
+            (Write::Delete { key, condition }, 0)
+        }
+    })
+}
+
+/// The writes of a commit: those that must be atomic, then events as long as
+/// the transaction has room, and the events that did not fit.
+struct Plan {
+    /// The instance's revision once the commit is written.
+    revision: u64,
+    writes: Vec<Write>,
+    overflow: Vec<Item>,
+    parts: Vec<Item>,
+}
+
+impl DynamoStore {
+    fn plan_commit(&self, commit: &InstanceCommit) -> std::result::Result<Plan, AwsError> {
+        let instance = commit.change.key();
+        let (write, revision) = instance_write(commit)?;
+        let mut writes = vec![write];
+        let mut parts = Vec::new();
+        let mut job_ids = HashSet::new();
+        for job in &commit.new_jobs {
+            // One transaction may not write an item twice; the second record
+            // of a job would be a replay, as the embedded store reports it.
+            if !job_ids.insert(&job.id) {
+                return Err(AwsError::conflict(format!(
+                    "job {} (already recorded)",
+                    job.id
+                )));
+            }
+            let (item, job_parts) = job_item("commit", job)?;
+            // A job id already recorded means this decision was committed before.
+            writes.push(Write::put(item, Some(Expression::absent())));
+            parts.extend(job_parts);
+        }
+        let mut bytes: usize = writes.iter().map(Write::size).sum();
+        if writes.len() > TRANSACTION_ITEMS || bytes > TRANSACTION_BYTES {
+            return Err(AwsError::TooLarge {
+                operation: "commit",
+                what: format!(
+                    "the commit of instance {instance} with {} jobs",
+                    commit.new_jobs.len()
+                ),
+                size: bytes,
+                limit: TRANSACTION_BYTES,
+            });
+        }
+        let mut overflow = Vec::new();
+        let mut seen = HashSet::new();
+        for event in &commit.events {
+            // One transaction may not write an item twice.
+            if !seen.insert(event.id.as_str()) {
+                continue;
+            }
+            let item = event_item("commit", event, self.event_retention)?;
+            let size = item_size(&item);
+            if overflow.is_empty()
+                && writes.len() < TRANSACTION_ITEMS
+                && bytes + size <= TRANSACTION_BYTES
+            {
+                bytes += size;
+                writes.push(Write::put(item, None));
+            } else {
+                overflow.push(item);
+            }
+        }
+        Ok(Plan {
+            revision,
+            writes,
+            overflow,
+            parts,
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(instance = %commit.change.key(), expected = ?commit.expected_revision))]
+    async fn commit_instance(&self, commit: InstanceCommit) -> std::result::Result<u64, AwsError> {
+        let instance = commit.change.key().clone();
+        let Plan {
+            revision,
+            mut writes,
+            overflow,
+            parts,
+        } = self.plan_commit(&commit)?;
+        let creating = commit.expected_revision.is_none() && revision > 0;
+        if creating {
+            self.register("commit", &instance.application).await?;
+        }
+        self.write_parts("commit", &parts).await?;
+        // A lone instance write needs no transaction, which costs twice as much.
+        let outcome = if writes.len() == 1 {
+            self.write_one("commit", writes.remove(0)).await
+        } else {
+            self.transact("commit", writes).await
+        };
+        match outcome {
+            Ok(Outcome::Written) => {}
+            Ok(Outcome::Lost { index }) => {
+                self.discard_parts("commit", &parts).await;
+                let job = index.checked_sub(1).and_then(|i| commit.new_jobs.get(i));
+                return Err(AwsError::conflict(match job {
+                    Some(job) => format!("job {} (already recorded)", job.id),
+                    None => format!("instance {instance}"),
+                }));
+            }
+            Err(error) => {
+                self.discard_parts("commit", &parts).await;
+                return Err(error);
+            }
+        }
+        // The instance and its jobs are committed; events that did not fit the
+        // transaction follow it. Failing the commit now would make the caller
+        // redo a decision that is already stored, so a failure is only logged.
+        if !overflow.is_empty() {
+            let count = overflow.len();
+            if let Err(error) = self.put_all("commit", overflow).await {
+                tracing::error!(%error, count, "events of a committed change were not recorded");
+            }
+        }
+        Ok(revision)
+    }
+
+    async fn list_instance_records(
+        &self,
+        filter: &InstanceFilter,
+    ) -> std::result::Result<Vec<InstanceRecord>, AwsError> {
+        let applications = match &filter.application {
+            Some(application) => vec![application.clone()],
+            None => self.applications("list_instances").await?,
+        };
+        let prefix = match &filter.service {
+            Some(service) => format!("instance#{service}/"),
+            None => "instance#".to_owned(),
+        };
+        let pages = try_join_all(applications.iter().map(|application| {
+            let pk = instance_pk(application);
+            let prefix = &prefix;
+            async move { self.query_prefix("list_instances", &pk, prefix).await }
+        }))
+        .await?;
+        let mut records = Vec::new();
+        for item in pages.iter().flatten() {
+            let record = decode_instance("list_instances", item)?;
+            if filter.matches(&record.key) {
+                records.push(record);
+            }
+        }
+        records.sort_by_cached_key(|record| record.key.storage_id());
+        Ok(records)
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> std::result::Result<Vec<InstanceKey>, AwsError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Every entry due at or before `now` sorts before the next millisecond.
+        let before = sortable_millis(now.as_millisecond().saturating_add(1));
+        let shards =
+            try_join_all((0..DUE_SHARDS).map(|shard| self.due_in_shard(shard, &before, limit)))
+                .await?;
+        let mut due: Vec<String> = shards.into_iter().flatten().collect();
+        due.sort();
+        due.truncate(limit);
+        due.iter()
+            .map(|entry| {
+                let id = entry.split_once('#').map_or(entry.as_str(), |(_, id)| id);
+                InstanceKey::parse_storage_id(id).map_err(|message| {
+                    AwsError::decode("due_instances", format!("due index entry {entry}"), message)
+                })
+            })
+            .collect()
+    }
+
+    /// The earliest `limit` entries of one shard due before `before`.
+    async fn due_in_shard(
+        &self,
+        shard: u32,
+        before: &str,
+        limit: usize,
+    ) -> std::result::Result<Vec<String>, AwsError> {
+        let mut entries = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(DUE_INDEX)
+            .key_condition_expression("#shard = :shard AND #at < :before")
+            .expression_attribute_names("#shard", DUE_PK)
+            .expression_attribute_names("#at", DUE_SK)
+            .expression_attribute_values(":shard", s(format!("due#{shard}")))
+            .expression_attribute_values(":before", s(before))
+            .into_paginator()
+            .page_size(i32::try_from(limit).unwrap_or(i32::MAX))
+            .items()
+            .send();
+        let mut due = Vec::new();
+        while due.len() < limit {
+            let Some(item) = entries
+                .try_next()
+                .await
+                .map_err(|e| AwsError::dynamo("due_instances", e))?
+            else {
+                break;
+            };
+            if let Some(aws_sdk_dynamodb::types::AttributeValue::S(entry)) = item.get(DUE_SK) {
+                due.push(entry.clone());
+            }
+        }
+        Ok(due)
+    }
+}
+
+#[async_trait]
+impl InstanceStore for DynamoStore {
+    async fn get_instance(&self, instance: &InstanceKey) -> Result<Option<InstanceRecord>> {
+        let key = key(instance_pk(&instance.application), instance_sk(instance));
+        let item = self.get_item("get_instance", key).await?;
+        Ok(item
+            .map(|item| decode_instance("get_instance", &item))
+            .transpose()?)
+    }
+
+    async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>> {
+        Ok(self.list_instance_records(filter).await?)
+    }
+
+    async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>> {
+        Ok(self.due(now, limit).await?)
+    }
+
+    async fn commit(&self, commit: InstanceCommit) -> Result<u64> {
+        Ok(self.commit_instance(commit).await?)
+    }
+}

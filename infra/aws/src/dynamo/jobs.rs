@@ -1,0 +1,159 @@
+//! Jobs: recorded with their instance's commit, claimed once, finished once.
+//!
+//! The job's state lives in its own attributes beside the body written at
+//! creation, so claiming and finishing update a few attributes under a
+//! condition instead of rewriting the (possibly large) record.
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use vergence_core::model::{JobId, JobRecord, JobResult, JobState};
+use vergence_core::ports::JobStore;
+
+use super::payload::payload;
+use super::write::{Expression, Outcome, Write};
+use super::{DynamoStore, Item, get_attr, get_s, key, s, table};
+use crate::error::AwsError;
+
+type Result<T> = vergence_core::Result<T>;
+
+const BODY: &str = "body";
+const INSTANCE: &str = "instance";
+const STATE: &str = "state";
+const DISPATCHED_AT: &str = "dispatched_at";
+const RESULT: &str = "result";
+
+const CREATED: &str = "created";
+const DISPATCHED: &str = "dispatched";
+const FINISHED: &str = "finished";
+
+const JOB_SK: &str = "job";
+
+fn job_pk(id: &JobId) -> String {
+    format!("job#{id}")
+}
+
+/// The item of a new job, and the parts its body or result spill into.
+pub(crate) fn job_item(
+    operation: &'static str,
+    job: &JobRecord,
+) -> std::result::Result<(Item, Vec<Item>), AwsError> {
+    let pk = job_pk(&job.id);
+    let body = payload(operation, || format!("job {}", job.id), &pk, job)?;
+    let mut parts = body.parts;
+    let mut item = key(&pk, JOB_SK);
+    item.insert(INSTANCE.to_owned(), s(job.instance.storage_id()));
+    item.insert(BODY.to_owned(), body.attribute);
+    let state = match &job.state {
+        JobState::Created => CREATED,
+        JobState::Dispatched { at } => {
+            item.insert(DISPATCHED_AT.to_owned(), s(at.to_string()));
+            DISPATCHED
+        }
+        JobState::Finished { result } => {
+            let what = || format!("result of job {}", job.id);
+            let result = payload(operation, what, &pk, result)?;
+            item.insert(RESULT.to_owned(), result.attribute);
+            parts.extend(result.parts);
+            FINISHED
+        }
+    };
+    item.insert(STATE.to_owned(), s(state));
+    Ok((item, parts))
+}
+
+impl DynamoStore {
+    async fn load_job(&self, id: &JobId) -> std::result::Result<Option<JobRecord>, AwsError> {
+        let pk = job_pk(id);
+        let Some(item) = self.get_item("get_job", key(&pk, JOB_SK)).await? else {
+            return Ok(None);
+        };
+        let what = format!("job {id}");
+        let body = get_attr("get_job", &item, BODY)?;
+        let mut job: JobRecord = self.read_payload("get_job", &what, &pk, body).await?;
+        // The state attributes are the truth; the body is the job as created.
+        job.state = match get_s("get_job", &item, STATE)? {
+            CREATED => JobState::Created,
+            DISPATCHED => {
+                let at = get_s("get_job", &item, DISPATCHED_AT)?;
+                let at = at
+                    .parse::<Timestamp>()
+                    .map_err(|e| AwsError::decode("get_job", &what, e))?;
+                JobState::Dispatched { at }
+            }
+            FINISHED => {
+                let result = get_attr("get_job", &item, RESULT)?;
+                JobState::Finished {
+                    result: self.read_payload("get_job", &what, &pk, result).await?,
+                }
+            }
+            other => {
+                return Err(AwsError::decode(
+                    "get_job",
+                    what,
+                    format!("unknown job state {other:?}"),
+                ));
+            }
+        };
+        Ok(Some(job))
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn claim(&self, id: &JobId, at: Timestamp) -> std::result::Result<bool, AwsError> {
+        let claim = Write::Update {
+            key: key(job_pk(id), JOB_SK),
+            update: Expression::new("SET #state = :dispatched, #at = :at")
+                .name("#state", STATE)
+                .name("#at", DISPATCHED_AT)
+                .value(":dispatched", s(DISPATCHED))
+                .value(":at", s(at.to_string())),
+            // A missing job has no state, so this also fails for unknown ids.
+            condition: Some(
+                Expression::new("#state = :created")
+                    .name("#state", STATE)
+                    .value(":created", s(CREATED)),
+            ),
+        };
+        Ok(self.write_one("claim_job", claim).await? == Outcome::Written)
+    }
+
+    #[tracing::instrument(skip(self, result))]
+    async fn finish(&self, id: &JobId, result: &JobResult) -> std::result::Result<bool, AwsError> {
+        let pk = job_pk(id);
+        let stored = payload("finish_job", || format!("result of job {id}"), &pk, result)?;
+        self.write_parts("finish_job", &stored.parts).await?;
+        let finish = Write::Update {
+            key: key(&pk, JOB_SK),
+            update: Expression::new("SET #state = :finished, #result = :result")
+                .name("#state", STATE)
+                .name("#result", RESULT)
+                .value(":finished", s(FINISHED))
+                .value(":result", stored.attribute),
+            condition: Some(
+                Expression::new("attribute_exists(#pk) AND #state <> :finished")
+                    .name("#pk", table::PK)
+                    .name("#state", STATE),
+            ),
+        };
+        let outcome = self.write_one("finish_job", finish).await;
+        if !matches!(outcome, Ok(Outcome::Written)) {
+            self.discard_parts("finish_job", &stored.parts).await;
+        }
+        Ok(outcome? == Outcome::Written)
+    }
+}
+
+#[async_trait]
+impl JobStore for DynamoStore {
+    async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>> {
+        Ok(self.load_job(id).await?)
+    }
+
+    async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool> {
+        Ok(self.claim(id, at).await?)
+    }
+
+    async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
+        Ok(self.finish(id, result).await?)
+    }
+}

@@ -1,0 +1,197 @@
+//! Releases: immutable versions per service, listed in the order they were
+//! last pushed.
+//!
+//! Each version has a record (`version#…`, the immutable body and the
+//! sequence number of its latest push) and one push-order entry
+//! (`pushed#<seq>`, a copy of the body), so the newest releases are one
+//! descending query. Pushing a version again moves its push-order entry to a
+//! new sequence number from the service's counter, in one transaction
+//! conditional on the sequence number read.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValue;
+
+use vergence_core::model::{ApplicationName, Release, ServiceName};
+use vergence_core::ports::ReleaseStore;
+
+use super::payload::{decode_inline, inline_body};
+use super::table::{PK, SK};
+use super::write::{Expression, Outcome, Write};
+use super::{DynamoStore, describe, get_attr, get_u64, key, n, s};
+use crate::error::AwsError;
+
+type Result<T> = vergence_core::Result<T>;
+
+const BODY: &str = "body";
+const PUSHED_SEQ: &str = "pushed_seq";
+const VERSION: &str = "version";
+const SEQ: &str = "seq";
+const COUNTER_SK: &str = "counter";
+const PUSHED_PREFIX: &str = "pushed#";
+/// Pushes of the same version racing each other retry this often.
+const PUSH_ATTEMPTS: usize = 5;
+
+fn releases_pk(application: &ApplicationName, service: &ServiceName) -> String {
+    format!("releases#{application}/{service}")
+}
+
+fn version_sk(version: &str) -> String {
+    format!("version#{version}")
+}
+
+fn pushed_sk(seq: u64) -> String {
+    format!("{PUSHED_PREFIX}{seq:020}")
+}
+
+impl DynamoStore {
+    #[tracing::instrument(skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
+    async fn push(&self, release: &Release) -> std::result::Result<(), AwsError> {
+        let pk = releases_pk(&release.application, &release.service);
+        for _ in 0..PUSH_ATTEMPTS {
+            if self.try_push(&pk, release).await? == Outcome::Written {
+                return Ok(());
+            }
+        }
+        Err(AwsError::conflict(format!(
+            "release {} of {} (still being pushed concurrently after {PUSH_ATTEMPTS} attempts)",
+            release.version, release.service
+        )))
+    }
+
+    async fn try_push(
+        &self,
+        pk: &str,
+        release: &Release,
+    ) -> std::result::Result<Outcome, AwsError> {
+        let version_key = key(pk, version_sk(&release.version));
+        let existing = self.get_item("put_release", version_key.clone()).await?;
+        let (body, previous_seq) = match &existing {
+            Some(item) => {
+                let body = get_attr("put_release", item, BODY)?;
+                let stored: Release = decode_inline("put_release", &describe(item), body)?;
+                if stored.params != release.params {
+                    return Err(AwsError::conflict(format!(
+                        "release {} of {} (it exists with other parameters; versions are immutable)",
+                        release.version, release.service
+                    )));
+                }
+                (
+                    body.clone(),
+                    Some(get_u64("put_release", item, PUSHED_SEQ)?),
+                )
+            }
+            None => {
+                let what = || format!("release {} of {}", release.version, release.service);
+                (inline_body("put_release", what, release)?, None)
+            }
+        };
+        let seq = self.next_push_seq(pk).await?;
+        let version_write = match previous_seq {
+            None => {
+                let mut item = version_key;
+                item.insert(BODY.to_owned(), body.clone());
+                item.insert(PUSHED_SEQ.to_owned(), n(seq));
+                Write::put(item, Some(Expression::absent()))
+            }
+            Some(previous) => Write::Update {
+                key: version_key,
+                update: Expression::new("SET #seq = :seq")
+                    .name("#seq", PUSHED_SEQ)
+                    .value(":seq", n(seq)),
+                condition: Some(Expression::equals(PUSHED_SEQ, n(previous))),
+            },
+        };
+        let mut order = key(pk, pushed_sk(seq));
+        order.insert(VERSION.to_owned(), s(&release.version));
+        order.insert(BODY.to_owned(), body);
+        let mut writes = vec![version_write, Write::put(order, None)];
+        if let Some(previous) = previous_seq {
+            writes.push(Write::Delete {
+                key: key(pk, pushed_sk(previous)),
+                condition: None,
+            });
+        }
+        self.transact("put_release", writes).await
+    }
+
+    /// A push sequence number unique within the service.
+    async fn next_push_seq(&self, pk: &str) -> std::result::Result<u64, AwsError> {
+        let output = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, COUNTER_SK)))
+            .update_expression("ADD #seq :one")
+            .expression_attribute_names("#seq", SEQ)
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamo("put_release", e))?;
+        get_u64("put_release", &output.attributes.unwrap_or_default(), SEQ)
+    }
+
+    async fn newest_releases(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        limit: usize,
+    ) -> std::result::Result<Vec<Release>, AwsError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", s(releases_pk(application, service)))
+            .expression_attribute_values(":prefix", s(PUSHED_PREFIX))
+            .scan_index_forward(false)
+            .into_paginator()
+            .page_size(i32::try_from(limit).unwrap_or(i32::MAX))
+            .items()
+            .send();
+        let mut releases = Vec::new();
+        while releases.len() < limit {
+            let Some(item) = items
+                .try_next()
+                .await
+                .map_err(|e| AwsError::dynamo("list_releases", e))?
+            else {
+                break;
+            };
+            let body = get_attr("list_releases", &item, BODY)?;
+            releases.push(decode_inline("list_releases", &describe(&item), body)?);
+        }
+        Ok(releases)
+    }
+}
+
+#[async_trait]
+impl ReleaseStore for DynamoStore {
+    async fn put_release(&self, release: &Release) -> Result<()> {
+        Ok(self.push(release).await?)
+    }
+
+    async fn latest_release(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+    ) -> Result<Option<Release>> {
+        let newest = self.newest_releases(application, service, 1).await?;
+        Ok(newest.into_iter().next())
+    }
+
+    async fn list_releases(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        limit: usize,
+    ) -> Result<Vec<Release>> {
+        Ok(self.newest_releases(application, service, limit).await?)
+    }
+}

@@ -1,0 +1,14 @@
+//! AWS adapters for the serverless shape: the DynamoDB [`DynamoStore`]
+//! (every [`vergence_core::ports::StateStore`] record in one table) and the
+//! SQS [`SqsQueue`] ([`vergence_core::ports::WorkQueue`]). Clients are built
+//! by the caller (a Lambda's `main`, a test) and handed in.
+
+pub mod dynamo;
+mod error;
+pub mod sqs;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use dynamo::{DEFAULT_EVENT_RETENTION, DynamoStore};
+pub use error::AwsError;
+pub use sqs::{ReceivedWork, SqsQueue, WorkMessage};

@@ -1,0 +1,75 @@
+//! Clients and fresh tables and queues for tests against the stand-ins of
+//! TESTING.md (DynamoDB Local, moto), with random names so tests run in
+//! parallel against one server. Compiled with the `testing` feature, for this
+//! crate's tests and the end-to-end tests.
+// Test support: a failure to set up a stand-in should stop the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use crate::{DynamoStore, SqsQueue};
+use aws_config::retry::RetryConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::Credentials;
+
+pub const DYNAMODB_URL: &str = "VERGENCE_TEST_DYNAMODB_URL";
+pub const SQS_URL: &str = "VERGENCE_TEST_SQS_URL";
+
+/// The endpoint in `var`; `None` (the test skips) when it is not set,
+/// unless `VERGENCE_REQUIRE_SERVICES=1` makes a missing service a failure.
+pub fn endpoint(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("VERGENCE_REQUIRE_SERVICES").as_deref() == Ok("1") => panic!(
+            "{var} is not set and VERGENCE_REQUIRE_SERVICES=1: run \
+             `scripts/services.sh start && . .tools/services.env` first"
+        ),
+        _ => {
+            println!("skipped: set {var}");
+            None
+        }
+    }
+}
+
+/// Static credentials, us-east-1, and one attempt per call so a stand-in's
+/// error fails the test at once instead of after retries.
+pub async fn sdk_config(url: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "static"))
+        .retry_config(RetryConfig::standard().with_max_attempts(1))
+        .load()
+        .await
+}
+
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", fastrand::u64(..))
+}
+
+pub async fn dynamodb_client(url: &str) -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&sdk_config(url).await)
+}
+
+/// A store over a new, empty table.
+pub async fn fresh_store(url: String) -> Arc<DynamoStore> {
+    let client = dynamodb_client(&url).await;
+    let table = unique_name("vergence-test");
+    DynamoStore::create_table(&client, &table)
+        .await
+        .expect("create the test table");
+    Arc::new(DynamoStore::new(client, table))
+}
+
+/// A queue over a new, empty SQS queue.
+pub async fn fresh_queue(url: &str) -> SqsQueue {
+    let client = aws_sdk_sqs::Client::new(&sdk_config(url).await);
+    let created = client
+        .create_queue()
+        .queue_name(unique_name("vergence-test"))
+        .send()
+        .await
+        .expect("create the test queue");
+    let queue_url = created.queue_url().expect("a queue url").to_owned();
+    SqsQueue::new(client, queue_url)
+}

@@ -1,0 +1,293 @@
+//! The serverless shape end to end against DynamoDB Local and moto's SQS:
+//! the scheduler gets a real EventBridge event, the worker real SQS event
+//! payloads built from received messages, until staging and prod converge.
+//! Then the same under duplicate and concurrent deliveries, and with a
+//! worker that dies between running an apply and recording its result.
+
+// Test helpers outside #[test] functions unwrap too; a panic is a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use vergence_aws::testing::endpoint;
+use vergence_core::config::ConfigBundle;
+use vergence_core::model::{EventFilter, EventKind, JobKind, JobRecord, JobResult, Status};
+use vergence_core::ports::{JobResultSink, ManualClock, Runner};
+use vergence_e2e::{Harness, quickstart_copy};
+use vergence_lambda::worker::{Worker, WorkerConfig};
+use vergence_runner_local::LocalRunner;
+
+fn endpoints() -> Option<(String, String)> {
+    Some((
+        endpoint("VERGENCE_TEST_DYNAMODB_URL")?,
+        endpoint("VERGENCE_TEST_SQS_URL")?,
+    ))
+}
+
+/// Applies started per (instance, version), from the audit trail.
+async fn applies(h: &Harness) -> BTreeMap<(String, String), usize> {
+    let events = h
+        .control()
+        .events(&EventFilter {
+            application: Some("shop".parse().unwrap()),
+            service: None,
+            release_channel: None,
+            limit: None,
+        })
+        .await
+        .unwrap();
+    let mut counts = BTreeMap::new();
+    for event in events {
+        if let EventKind::JobStarted {
+            job: JobKind::Apply,
+            ..
+        } = event.kind
+        {
+            let instance = format!(
+                "{}@{}",
+                event.service.unwrap(),
+                event.release_channel.unwrap()
+            );
+            // "apply of VERSION started (attempt N)…"
+            let version = event.message.split_whitespace().nth(2).unwrap().to_owned();
+            *counts.entry((instance, version)).or_default() += 1;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quickstart_converges_through_the_scheduler_and_worker() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let mut h = Harness::start(&dynamodb, &sqs).await;
+    let dir = quickstart_copy();
+    let control = h.control();
+    control
+        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(120), async |h, event| {
+        let response = h.deliver(&worker, event).await;
+        assert!(response.batch_item_failures.is_empty());
+    })
+    .await;
+    for channel in ["staging", "prod"] {
+        let api = std::fs::read_to_string(dir.path().join(format!("deployed/{channel}/api.txt")));
+        assert!(api.unwrap().contains("service=api"));
+    }
+
+    // A release goes through both channels the same way.
+    control
+        .push_release(None, &"web".parse().unwrap(), "v2", &BTreeMap::new(), "ci")
+        .await
+        .unwrap();
+    h.converge(Duration::from_secs(120), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    let web = std::fs::read_to_string(dir.path().join("deployed/prod/web.txt")).unwrap();
+    assert!(web.contains("version=v2"), "{web}");
+    for (key, n) in applies(&h).await {
+        assert_eq!(n, 1, "{key:?} applied {n} times");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let mut h = Harness::start(&dynamodb, &sqs).await;
+    let dir = quickstart_copy();
+    h.control()
+        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let first = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let second = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let mut rng = fastrand::Rng::with_seed(7);
+    h.converge(Duration::from_secs(180), async |h, event| {
+        let copies = rng.usize(1..=3);
+        if rng.bool() {
+            // Two workers get the same messages at once, as when a
+            // visibility timeout runs out while the first is busy.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            tokio::join!(
+                first.handle(event.clone(), Some(deadline)),
+                second.handle(event.clone(), Some(deadline))
+            );
+        }
+        for _ in 0..copies {
+            h.deliver(&first, event.clone()).await;
+        }
+    })
+    .await;
+    assert!(
+        h.deliveries.values().any(|n| *n > 1),
+        "some messages were delivered more than once"
+    );
+    for channel in ["staging", "prod"] {
+        let log = std::fs::read_to_string(
+            dir.path()
+                .join(format!("deployed/{channel}/migrations.log")),
+        )
+        .unwrap();
+        assert_eq!(
+            log.lines().count(),
+            1,
+            "apply-only ran once in {channel}: {log}"
+        );
+    }
+    let counts = applies(&h).await;
+    assert_eq!(counts.len(), 6, "{counts:?}");
+    for (key, n) in counts {
+        assert_eq!(n, 1, "{key:?} applied {n} times");
+    }
+}
+
+/// Runs jobs with the local runner, but the first apply's result is never
+/// reported: the worker died between running the job and recording it.
+struct DiesAfterFirstApply {
+    inner: LocalRunner,
+    died: AtomicBool,
+}
+
+#[async_trait]
+impl Runner for DiesAfterFirstApply {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_core::Result<()> {
+        if job.kind == JobKind::Apply && !self.died.swap(true, Ordering::SeqCst) {
+            return LocalRunner::inline(Arc::new(Forget)).dispatch(job).await;
+        }
+        self.inner.dispatch(job).await
+    }
+}
+
+struct Forget;
+
+#[async_trait]
+impl JobResultSink for Forget {
+    async fn job_finished(&self, _: &JobRecord, _: JobResult) -> vergence_core::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_running_and_recording_an_apply_converges_without_a_second_apply() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+    let mut h = Harness::start_with_clock(&dynamodb, &sqs, Some(clock)).await;
+    let dir = quickstart_copy();
+    // One exit-code service in one channel: its fetch can tell what ran.
+    std::fs::write(
+        dir.path().join("services.yaml"),
+        "service:\n  name: api\n  runtime: files-exit-code\n  custom:\n    parameterValues:\n      - name: service\n        string: api\n",
+    )
+    .unwrap();
+    let app = std::fs::read_to_string(dir.path().join("application.yaml")).unwrap();
+    let staging_only = app.split("    - name: prod").next().unwrap().to_owned();
+    std::fs::write(dir.path().join("application.yaml"), staging_only).unwrap();
+    // A short apply timeout, so the lost job's deadline comes soon.
+    let runtimes = std::fs::read_to_string(dir.path().join("runtimes.yaml")).unwrap();
+    let marker =
+        "        env:\n          SERVICE: \"{{.Params.service}}\"\n  fetch:\n    mode: exitCode";
+    assert!(runtimes.contains(marker));
+    let runtimes = runtimes.replacen(
+        marker,
+        "        env:\n          SERVICE: \"{{.Params.service}}\"\n    timeout: 10s\n  fetch:\n    mode: exitCode",
+        1,
+    );
+    std::fs::write(dir.path().join("runtimes.yaml"), runtimes).unwrap();
+    h.control()
+        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+
+    let healthy = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let runner = Arc::new(DiesAfterFirstApply {
+        inner: LocalRunner::inline(healthy.completion()),
+        died: AtomicBool::new(false),
+    });
+    let worker = Worker::with_runner(h.deployment.clone(), WorkerConfig::default(), runner);
+    h.converge(Duration::from_secs(120), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    let instances = h.instances().await;
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].state.status, Status::Converged);
+    let counts = applies(&h).await;
+    assert_eq!(
+        counts.values().sum::<usize>(),
+        1,
+        "the lost apply had run; a fetch saw it and nothing was applied again: {counts:?}"
+    );
+}
+
+/// Measures what one apply-only instance costs, in requests at the wire,
+/// from a pushed release to CONVERGED (reported in docs/serverless.md).
+/// The test harness's own receive/delete calls stand in for Lambda's event
+/// source mapping and are counted separately.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_apply_only_instance_from_release_to_converged() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let mut h = Harness::start_with(&dynamodb, &sqs, None, Some(counter.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vergence.yaml"),
+        "runtime:\n  name: touch\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > applied']\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: touch}]\n---\nservice:\n  name: api\n  runtime: touch\n",
+    )
+    .unwrap();
+    h.control()
+        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(60), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+
+    counter.reset();
+    h.control()
+        .push_release(None, &"api".parse().unwrap(), "v2", &BTreeMap::new(), "ci")
+        .await
+        .unwrap();
+    let release = counter.snapshot();
+    counter.reset();
+    h.converge(Duration::from_secs(60), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    let mut converge = counter.snapshot();
+    // The harness's own calls (what Lambda's SQS integration does).
+    let mapping: usize = ["SQS.ReceiveMessage", "SQS.DeleteMessage"]
+        .iter()
+        .filter_map(|op| converge.remove(*op))
+        .sum();
+    // The convergence check itself reads status: not part of the cost.
+    let total = |m: &BTreeMap<String, usize>| m.values().sum::<usize>();
+    println!("release push: {} requests {release:?}", total(&release));
+    println!(
+        "release to CONVERGED: {} requests {converge:?} (+{mapping} receive/delete by the event source mapping)",
+        total(&converge)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("applied"))
+            .unwrap()
+            .trim(),
+        "v2"
+    );
+    assert!(total(&converge) < 40, "cost regression: {converge:?}");
+}
