@@ -60,18 +60,95 @@ async fn applies(h: &Harness) -> BTreeMap<(String, String), usize> {
     counts
 }
 
+/// The quickstart's files as an API upload. Jobs of an uploaded config run
+/// in the worker's directory, so paths are made absolute.
+fn quickstart_upload(dir: &std::path::Path) -> serde_json::Value {
+    let root = dir.display().to_string();
+    let deployed = format!("{root}/deployed");
+    let mut files = serde_json::Map::new();
+    for name in ["application.yaml", "runtimes.yaml", "services.yaml"] {
+        let mut text = std::fs::read_to_string(dir.join(name)).unwrap();
+        if name == "runtimes.yaml" {
+            text = text
+                .replace("./scripts/", &format!("{root}/scripts/"))
+                .replace(
+                    "          SERVICE: \"{{.Params.service}}\"\n",
+                    &format!(
+                        "          SERVICE: \"{{{{.Params.service}}}}\"\n          QUICKSTART_DEPLOY_DIR: {deployed}\n"
+                    ),
+                )
+                .replace(
+                    "migrate.sh, \"{{.Params.service}}\"]\n",
+                    &format!(
+                        "migrate.sh, \"{{{{.Params.service}}}}\"]\n        env:\n          QUICKSTART_DEPLOY_DIR: {deployed}\n"
+                    ),
+                );
+        }
+        files.insert(name.to_owned(), text.into());
+    }
+    serde_json::json!({ "files": files })
+}
+
+/// Calls the API router the `api` function serves.
+async fn call(
+    api: &axum::Router,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        ))
+        .unwrap();
+    let response = api.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn quickstart_converges_through_the_scheduler_and_worker() {
+async fn quickstart_converges_through_the_api_scheduler_and_worker() {
     let Some((dynamodb, sqs)) = endpoints() else {
         return;
     };
     let mut h = Harness::start(&dynamodb, &sqs).await;
     let dir = quickstart_copy();
-    let control = h.control();
-    control
-        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+    let api = vergence_lambda::api_router(&h.deployment);
+    // What `vergence token create --dynamodb-table` does.
+    let token = async |scope| {
+        vergence_api::create_token(
+            h.deployment.store.as_ref(),
+            &"shop".parse().unwrap(),
+            &[scope],
+            None,
+            "cli:test",
+            &vergence_core::ports::SystemClock,
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .1
+    };
+    let admin = token(vergence_core::model::Scope::Admin).await;
+    let ci = token(vergence_core::model::Scope::Release).await;
+
+    let (status, body) = call(
+        &api,
+        "POST",
+        "/v1/configs",
+        &admin,
+        Some(quickstart_upload(dir.path())),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
     h.converge(Duration::from_secs(120), async |h, event| {
         let response = h.deliver(&worker, event).await;
@@ -79,15 +156,31 @@ async fn quickstart_converges_through_the_scheduler_and_worker() {
     })
     .await;
     for channel in ["staging", "prod"] {
-        let api = std::fs::read_to_string(dir.path().join(format!("deployed/{channel}/api.txt")));
-        assert!(api.unwrap().contains("service=api"));
+        let api_file =
+            std::fs::read_to_string(dir.path().join(format!("deployed/{channel}/api.txt")));
+        assert!(api_file.unwrap().contains("service=api"));
     }
 
-    // A release goes through both channels the same way.
-    control
-        .push_release(None, &"web".parse().unwrap(), "v2", &BTreeMap::new(), "ci")
-        .await
-        .unwrap();
+    // CI pushes a release with a release-scoped token; it cannot approve.
+    let release = serde_json::json!({"version": "v2", "params": {}});
+    let (status, body) = call(
+        &api,
+        "POST",
+        "/v1/applications/shop/services/web/releases",
+        &ci,
+        Some(release),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = call(
+        &api,
+        "POST",
+        "/v1/applications/shop/services/web/release-channels/prod/approvals",
+        &ci,
+        Some(serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(status, 403);
     h.converge(Duration::from_secs(120), async |h, event| {
         h.deliver(&worker, event).await;
     })
@@ -97,6 +190,22 @@ async fn quickstart_converges_through_the_scheduler_and_worker() {
     for (key, n) in applies(&h).await {
         assert_eq!(n, 1, "{key:?} applied {n} times");
     }
+
+    // Status read back through the API.
+    let (status, body) = call(&api, "GET", "/v1/applications/shop/status", &ci, None).await;
+    assert_eq!(status, 200, "{body}");
+    let instances = body["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 6);
+    assert!(
+        instances.iter().all(|i| i["status"] == "CONVERGED"),
+        "{body}"
+    );
+    assert!(
+        instances
+            .iter()
+            .filter(|i| i["service"] == "web")
+            .all(|i| i["currentVersion"] == "v2")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,18 +261,23 @@ async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version
     }
 }
 
-/// Runs jobs with the local runner, but the first apply's result is never
-/// reported: the worker died between running the job and recording it.
-struct DiesAfterFirstApply {
+/// Runs jobs with the local runner, except that the worker "dies" at the
+/// first apply: before running it (after recording and claiming it), or
+/// after running it but before recording its result.
+struct DiesAtFirstApply {
     inner: LocalRunner,
     died: AtomicBool,
+    ran_before_dying: bool,
 }
 
 #[async_trait]
-impl Runner for DiesAfterFirstApply {
+impl Runner for DiesAtFirstApply {
     async fn dispatch(&self, job: &JobRecord) -> vergence_core::Result<()> {
         if job.kind == JobKind::Apply && !self.died.swap(true, Ordering::SeqCst) {
-            return LocalRunner::inline(Arc::new(Forget)).dispatch(job).await;
+            if self.ran_before_dying {
+                return LocalRunner::inline(Arc::new(Forget)).dispatch(job).await;
+            }
+            return Ok(());
         }
         self.inner.dispatch(job).await
     }
@@ -180,6 +294,15 @@ impl JobResultSink for Forget {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_dying_between_running_and_recording_an_apply_converges_without_a_second_apply() {
+    worker_dies_at_first_apply(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_recording_and_running_an_apply_converges_with_one_run() {
+    worker_dies_at_first_apply(false).await;
+}
+
+async fn worker_dies_at_first_apply(ran_before_dying: bool) {
     let Some((dynamodb, sqs)) = endpoints() else {
         return;
     };
@@ -206,15 +329,24 @@ async fn a_worker_dying_between_running_and_recording_an_apply_converges_without
         1,
     );
     std::fs::write(dir.path().join("runtimes.yaml"), runtimes).unwrap();
+    // Every run of the deploy script leaves a line.
+    let deploy = dir.path().join("scripts/deploy.sh");
+    let script = std::fs::read_to_string(&deploy).unwrap();
+    std::fs::write(
+        &deploy,
+        format!("{script}echo \"$VERGENCE_JOB_ID\" >> apply-runs.log\n"),
+    )
+    .unwrap();
     h.control()
         .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
 
     let healthy = Worker::new(h.deployment.clone(), WorkerConfig::default());
-    let runner = Arc::new(DiesAfterFirstApply {
+    let runner = Arc::new(DiesAtFirstApply {
         inner: LocalRunner::inline(healthy.completion()),
         died: AtomicBool::new(false),
+        ran_before_dying,
     });
     let worker = Worker::with_runner(h.deployment.clone(), WorkerConfig::default(), runner);
     h.converge(Duration::from_secs(120), async |h, event| {
@@ -224,11 +356,18 @@ async fn a_worker_dying_between_running_and_recording_an_apply_converges_without
     let instances = h.instances().await;
     assert_eq!(instances.len(), 1);
     assert_eq!(instances[0].state.status, Status::Converged);
+    // The deploy script ran exactly once either way.
+    let runs = std::fs::read_to_string(dir.path().join("apply-runs.log")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+    let deployed = std::fs::read_to_string(dir.path().join("deployed/staging/api.txt")).unwrap();
+    assert!(deployed.contains("service=api"));
     let counts = applies(&h).await;
+    let expected = if ran_before_dying { 1 } else { 2 };
     assert_eq!(
         counts.values().sum::<usize>(),
-        1,
-        "the lost apply had run; a fetch saw it and nothing was applied again: {counts:?}"
+        expected,
+        "ran before dying: a fetch saw the apply and nothing was applied again; \
+         died before running: one more attempt ran it: {counts:?}"
     );
 }
 
