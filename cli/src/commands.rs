@@ -201,26 +201,22 @@ pub fn up_exit_code(statuses: impl Iterator<Item = Status>) -> u8 {
     code
 }
 
+/// Parses an optional name given with `flag`, naming the flag when it is bad.
+fn optional_name<T>(raw: Option<&str>, flag: &str) -> Result<Option<T>>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    raw.map(str::parse)
+        .transpose()
+        .map_err(|e| anyhow!("{flag}: {e}"))
+}
+
 fn filter(f: &Filter) -> Result<InstanceFilter> {
     Ok(InstanceFilter {
-        application: f
-            .application
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| anyhow!("--app: {e}"))?,
-        service: f
-            .service
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| anyhow!("--service: {e}"))?,
-        release_channel: f
-            .release_channel
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| anyhow!("--release-channel: {e}"))?,
+        application: optional_name(f.application.as_deref(), "--app")?,
+        service: optional_name(f.service.as_deref(), "--service")?,
+        release_channel: optional_name(f.release_channel.as_deref(), "--release-channel")?,
     })
 }
 
@@ -262,12 +258,7 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
         .or(args.version_flag.as_deref())
         .ok_or_else(|| anyhow!("give the version: vergence release SERVICE VERSION"))?;
     let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
-    let application = args
-        .application
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|e| anyhow!("--app: {e}"))?;
+    let application = optional_name(args.application.as_deref(), "--app")?;
     let local = Local::existing(global)?;
     let release = local
         .control
@@ -368,12 +359,7 @@ async fn instance_key(local: &Local, args: &InstanceArgs) -> Result<InstanceKey>
         .release_channel
         .parse()
         .map_err(|e| anyhow!("--release-channel: {e}"))?;
-    let application = args
-        .application
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .map_err(|e| anyhow!("--app: {e}"))?;
+    let application = optional_name(args.application.as_deref(), "--app")?;
     Ok(local
         .control
         .instance_key(application, service, channel)
