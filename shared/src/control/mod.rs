@@ -152,21 +152,15 @@ impl Control {
                 }
                 Some(record) if record.controls.pinned.is_some() => {
                     // A pinned instance keeps its version, compiled with the new config.
-                    let pin = record.controls.pinned.as_ref().map(|p| p.version.clone());
-                    let release = match pin {
-                        Some(v) => self
-                            .store
-                            .list_releases(&key.application, &key.service, 1000)
-                            .await?
-                            .into_iter()
-                            .find(|r| r.version == v),
+                    let release = match &record.controls.pinned {
+                        Some(pin) => self.release(key, &pin.version).await?,
                         None => None,
                     };
-                    let pinned = model
-                        .compile_service(&key.application, &key.service, release.as_ref())?
-                        .into_iter()
-                        .find(|(k, _)| k == key)
-                        .map(|(_, d)| d);
+                    let pinned = match policy::desired_of(&model, key, release.as_ref()) {
+                        Ok(d) => Some(d),
+                        Err(Error::NotFound { .. }) => None,
+                        Err(e) => return Err(e),
+                    };
                     match pinned {
                         Some(d) if d != record.desired => {
                             self.update_instance(key, |r| {

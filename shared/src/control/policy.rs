@@ -100,12 +100,7 @@ impl Control {
             .store
             .latest_release(&key.application, &key.service)
             .await?;
-        let desired = model
-            .compile_service(&key.application, &key.service, latest.as_ref())?
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, d)| d)
-            .ok_or_else(|| Error::not_found(format!("instance {key} in the config")))?;
+        let desired = desired_of(&model, key, latest.as_ref())?;
         let now = self.clock.now();
         self.update_instance(key, |r| {
             if r.controls.pinned.take().is_none() {
@@ -259,27 +254,27 @@ impl Control {
     /// The desired state of `key` when running release `version`.
     async fn desired_for_release(&self, key: &InstanceKey, version: &str) -> Result<Desired> {
         let model = self.require_model().await?;
-        let release = self.find_release(key, version).await?;
-        model
-            .compile_service(&key.application, &key.service, Some(&release))?
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, d)| d)
-            .ok_or_else(|| Error::not_found(format!("instance {key} in the config")))
+        let release = self.release(key, version).await?.ok_or_else(|| {
+            Error::not_found(format!(
+                "release {version} of {} (push it with `vergence release {} {version}`)",
+                key.service, key.service
+            ))
+        })?;
+        desired_of(&model, key, Some(&release))
     }
 
-    async fn find_release(&self, key: &InstanceKey, version: &str) -> Result<Release> {
-        self.store
+    /// Release `version` of the instance's service, if it was pushed.
+    pub(super) async fn release(
+        &self,
+        key: &InstanceKey,
+        version: &str,
+    ) -> Result<Option<Release>> {
+        Ok(self
+            .store
             .list_releases(&key.application, &key.service, RELEASE_LOOKBACK)
             .await?
             .into_iter()
-            .find(|r| r.version == version)
-            .ok_or_else(|| {
-                Error::not_found(format!(
-                    "release {version} of {} (push it with `vergence release {} {version}`)",
-                    key.service, key.service
-                ))
-            })
+            .find(|r| r.version == version))
     }
 
     pub(crate) async fn instance(&self, key: &InstanceKey) -> Result<InstanceRecord> {
@@ -288,6 +283,21 @@ impl Control {
             .await?
             .ok_or_else(|| Error::not_found(format!("instance {key}")))
     }
+}
+
+/// The desired state of `key` under `model`, running `release` (or the
+/// config-derived version without one).
+pub(super) fn desired_of(
+    model: &crate::compiler::ConfigModel,
+    key: &InstanceKey,
+    release: Option<&Release>,
+) -> Result<Desired> {
+    model
+        .compile_service(&key.application, &key.service, release)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, d)| d)
+        .ok_or_else(|| Error::not_found(format!("instance {key} in the config")))
 }
 
 fn refers_to_alert(record: &InstanceRecord, alert: &str) -> bool {
