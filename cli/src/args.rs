@@ -285,14 +285,14 @@ pub struct TokenCreateArgs {
     /// release (push releases), approve (record approvals) or admin
     /// (everything); repeatable.
     #[arg(long = "scope", value_name = "SCOPE", required = true, value_parser = parse_scope)]
-    pub scopes: Vec<vergence_core::model::Scope>,
+    pub scopes: Vec<vergence_model::Scope>,
     /// What the token is for (shown in `token list`).
     #[arg(long)]
     pub description: Option<String>,
 }
 
-fn parse_scope(raw: &str) -> Result<vergence_core::model::Scope, String> {
-    vergence_core::model::Scope::parse(raw)
+fn parse_scope(raw: &str) -> Result<vergence_model::Scope, String> {
+    vergence_model::Scope::parse(raw)
 }
 
 #[derive(Debug, Args)]

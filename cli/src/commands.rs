@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
-use vergence_core::config::ConfigBundle;
-use vergence_core::control::Control;
-use vergence_core::engine::{Engine, JobCompletion};
-use vergence_core::model::{EventFilter, InstanceKey, Status};
-use vergence_core::ports::{Clock, InstanceFilter, StateStore, SystemClock};
+use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
+use vergence_engine::control::Control;
+use vergence_engine::{Engine, JobCompletion};
+use vergence_model::ConfigBundle;
+use vergence_model::ports::{
+    Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
+};
+use vergence_model::{EventFilter, InstanceKey, Status};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
@@ -45,7 +48,12 @@ impl Local {
         let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(path)?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let queue = Arc::new(LocalQueue::new(clock.clone()));
-        let control = Control::new(store.clone(), queue.clone(), clock.clone());
+        let control = Control::new(
+            store.clone(),
+            queue.clone(),
+            clock.clone(),
+            Arc::new(YamlCompiler),
+        );
         Ok(Self {
             store,
             queue,
@@ -68,12 +76,12 @@ impl Local {
 }
 
 pub(crate) fn load_bundle(config: &Path) -> Result<ConfigBundle> {
-    Ok(ConfigBundle::from_dir(config)?)
+    Ok(vergence_compiler::read_dir(config)?)
 }
 
 /// Prints every config error, one per line, and a count.
-fn report_config_errors(error: &vergence_core::Error) -> bool {
-    if let vergence_core::Error::Config(errors) = error {
+fn report_config_errors(error: &vergence_model::Error) -> bool {
+    if let vergence_model::Error::Config(errors) = error {
         for e in errors.iter() {
             eprintln!("{e}");
         }
@@ -83,34 +91,44 @@ fn report_config_errors(error: &vergence_core::Error) -> bool {
     false
 }
 
-pub fn validate(global: &Global) -> Result<u8> {
-    let bundle = load_bundle(&global.config)?;
-    match Control::validate(&bundle) {
-        Ok(model) => {
-            let instances = model.instance_keys().len();
-            println!(
-                "config is valid: {} application(s), {} runtime(s), {instances} service instance(s)",
-                model.applications.len(),
-                model.runtimes.len()
-            );
-            Ok(0)
-        }
-        Err(e) if report_config_errors(&e) => Ok(1),
+/// Compiles a config; `Ok(None)` when it has errors, which are printed.
+fn compile(bundle: &ConfigBundle) -> Result<Option<Arc<dyn CompiledConfig>>> {
+    match YamlCompiler.compile(bundle) {
+        Ok(model) => Ok(Some(model)),
+        Err(e) if report_config_errors(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+fn valid_summary(model: &dyn CompiledConfig) -> String {
+    format!(
+        "config is valid: {} application(s), {} runtime(s), {} service instance(s)",
+        model.applications().len(),
+        model.runtime_count(),
+        model.instance_keys().len()
+    )
+}
+
+pub fn validate(global: &Global) -> Result<u8> {
+    let bundle = load_bundle(&global.config)?;
+    let Some(model) = compile(&bundle)? else {
+        return Ok(1);
+    };
+    println!("{}", valid_summary(model.as_ref()));
+    Ok(0)
 }
 
 /// Prints events as they happen during `up`.
 struct LiveProgress;
 
 impl Progress for LiveProgress {
-    fn events(&self, events: &[vergence_core::model::Event]) {
+    fn events(&self, events: &[vergence_model::Event]) {
         for event in output::live_lines(events) {
             println!("{}", output::event_line(event));
         }
     }
 
-    fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error) {
+    fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error) {
         eprintln!("warning: step of {key} failed: {error}; retrying");
     }
 }
@@ -118,15 +136,12 @@ impl Progress for LiveProgress {
 pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
     let bundle = load_bundle(&global.config)?;
     // Checked before the store is opened: a rejected config stores nothing.
-    if let Err(e) = Control::validate(&bundle) {
-        if report_config_errors(&e) {
-            return Ok(1);
-        }
-        return Err(e.into());
-    }
+    let Some(model) = compile(&bundle)? else {
+        return Ok(1);
+    };
     let local = Local::open(&global.state_path())?;
     let actor = actor();
-    let report = local.control.apply_config(bundle, &actor).await?;
+    let report = local.control.apply_compiled(model, bundle, &actor).await?;
     println!(
         "config {}: {} instance(s) added, {} updated, {} removed, {} unchanged",
         &report.hash[..10],
@@ -329,21 +344,19 @@ pub async fn events(global: &Global, args: &EventsArgs) -> Result<u8> {
 
 pub async fn plan(global: &Global) -> Result<u8> {
     let bundle = load_bundle(&global.config)?;
-    if let Err(e) = Control::validate(&bundle) {
-        if report_config_errors(&e) {
-            return Ok(1);
-        }
-        return Err(e.into());
-    }
+    let Some(model) = compile(&bundle)? else {
+        return Ok(1);
+    };
     // Planning reads state if there is some, and never creates it.
     let path: PathBuf = global.state_path();
     let entries = if path.exists() {
-        Local::open(&path)?.control.plan(&bundle).await?
+        Local::open(&path)?.control.plan(model.as_ref()).await?
     } else {
         let store: Arc<dyn StateStore> = Arc::new(SqliteStore::in_memory()?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        Control::new(store, Arc::new(LocalQueue::new(clock.clone())), clock)
-            .plan(&bundle)
+        let queue = Arc::new(LocalQueue::new(clock.clone()));
+        Control::new(store, queue, clock, Arc::new(YamlCompiler))
+            .plan(model.as_ref())
             .await
             .context("planning")?
     };
@@ -395,7 +408,7 @@ pub async fn alert(global: &Global, command: &AlertCommand) -> Result<u8> {
                     vec![
                         a.name.clone(),
                         if a.firing { "firing" } else { "resolved" }.to_owned(),
-                        vergence_core::engine::moment(a.since),
+                        vergence_engine::moment(a.since),
                         a.actor.clone(),
                         a.summary.clone().unwrap_or_default(),
                     ]
@@ -675,7 +688,7 @@ async fn token_store(global: &Global, create: bool) -> Result<Arc<dyn StateStore
     Ok(local.store)
 }
 
-fn scope_list(scopes: &[vergence_core::model::Scope]) -> String {
+fn scope_list(scopes: &[vergence_model::Scope]) -> String {
     scopes
         .iter()
         .map(|s| s.as_str())
@@ -684,7 +697,7 @@ fn scope_list(scopes: &[vergence_core::model::Scope]) -> String {
 }
 
 /// The one-line summary of an applied config.
-pub(crate) fn apply_summary(report: &vergence_core::control::ApplyReport) -> String {
+pub(crate) fn apply_summary(report: &vergence_engine::control::ApplyReport) -> String {
     format!(
         "config {}: {} instance(s) added, {} updated, {} removed, {} unchanged",
         &report.hash[..report.hash.len().min(10)],
@@ -700,22 +713,18 @@ pub(crate) fn apply_summary(report: &vergence_core::control::ApplyReport) -> Str
 pub async fn configs(global: &Global, command: &crate::args::ConfigsCommand) -> Result<u8> {
     let crate::args::ConfigsCommand::Push(args) = command;
     let bundle = load_bundle(args.dir.as_deref().unwrap_or(&global.config))?;
-    let checked = match Control::validate(&bundle) {
-        Ok(model) => model,
-        Err(e) if report_config_errors(&e) => return Ok(1),
-        Err(e) => return Err(e.into()),
+    let Some(model) = compile(&bundle)? else {
+        return Ok(1);
     };
     if args.validate_only {
-        println!(
-            "config is valid: {} application(s), {} runtime(s), {} service instance(s)",
-            checked.applications.len(),
-            checked.runtimes.len(),
-            checked.instance_keys().len()
-        );
+        println!("{}", valid_summary(model.as_ref()));
         return Ok(0);
     }
     let local = Local::open(&global.state_path())?;
-    let report = local.control.apply_config(bundle, &actor()).await?;
+    let report = local
+        .control
+        .apply_compiled(model, bundle, &actor())
+        .await?;
     println!("{}", apply_summary(&report));
     Ok(0)
 }

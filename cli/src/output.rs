@@ -3,8 +3,8 @@
 use std::io::Write;
 
 use vergence_api::wire::{InstanceView, StatusResponse};
-use vergence_core::control::{PlanAction, PlanEntry};
-use vergence_core::model::{Event, EventKind, InstanceRecord};
+use vergence_engine::control::{PlanAction, PlanEntry};
+use vergence_model::{Event, EventKind, InstanceRecord};
 
 /// Writes rows as columns separated by two spaces; the last column is not padded.
 pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
@@ -182,7 +182,7 @@ pub fn instance_details(out: &mut impl Write, records: &[InstanceRecord]) -> std
                 "  plan {} for {} (from the fetch at {}):",
                 plan.short(),
                 plan.version,
-                vergence_core::engine::moment(plan.at)
+                vergence_engine::moment(plan.at)
             )?;
             for line in plan.text().lines() {
                 writeln!(out, "    {line}")?;

@@ -15,8 +15,8 @@ use vergence_api::wire::{
     StatusResponse, ValidationReport,
 };
 use vergence_api::{SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook};
-use vergence_core::control::ApplyReport;
-use vergence_core::model::{ApplicationName, Approval, Release, ReleaseChannelName, ServiceName};
+use vergence_engine::control::ApplyReport;
+use vergence_model::{ApplicationName, Approval, Release, ReleaseChannelName, ServiceName};
 
 use crate::args::{
     ApproveArgs, Command, ConfigsCommand, ConfigsPushArgs, EventsArgs, Filter, Global, Output,

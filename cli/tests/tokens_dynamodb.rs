@@ -6,7 +6,7 @@ mod common;
 use common::Project;
 use vergence_aws::DynamoStore;
 use vergence_aws::testing::{dynamodb_client, endpoint, unique_name};
-use vergence_core::ports::TokenStore;
+use vergence_model::ports::TokenStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_created_listed_and_revoked_in_the_deployment_table() {
@@ -34,7 +34,7 @@ async fn tokens_are_created_listed_and_revoked_in_the_deployment_table() {
     };
     let token = run(&["token", "create", "--app", "shop", "--scope", "release"]);
     let token = token.trim();
-    let (id, secret) = vergence_core::model::split_token(token).unwrap();
+    let (id, secret) = vergence_model::split_token(token).unwrap();
     let store = DynamoStore::new(client, table.clone());
     let stored = store.get_token(id).await.unwrap().unwrap();
     assert_eq!(stored.secret_sha256, vergence_api::secret_sha256(secret));

@@ -19,11 +19,11 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use vergence_aws::DynamoStore;
 use vergence_aws::testing::{dynamodb_client, sdk_config, unique_name};
-use vergence_core::control::Control;
-use vergence_core::model::{InstanceRecord, Status};
-use vergence_core::ports::{Clock, InstanceFilter, ManualClock, SystemClock};
+use vergence_engine::control::Control;
 use vergence_lambda::worker::Worker;
 use vergence_lambda::{Deployment, DeploymentConfig, scheduler};
+use vergence_model::ports::{Clock, InstanceFilter, ManualClock, SystemClock};
+use vergence_model::{InstanceRecord, Status};
 
 /// The functions' sample events (also used by `cargo lambda invoke`).
 pub fn event_file(name: &str) -> PathBuf {

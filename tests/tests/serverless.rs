@@ -14,11 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use vergence_aws::testing::endpoint;
-use vergence_core::config::ConfigBundle;
-use vergence_core::model::{EventFilter, EventKind, JobKind, JobRecord, JobResult, Status};
-use vergence_core::ports::{JobResultSink, ManualClock, Runner};
 use vergence_e2e::{Harness, quickstart_copy};
 use vergence_lambda::worker::{Worker, WorkerConfig};
+use vergence_model::ports::{JobResultSink, ManualClock, Runner};
+use vergence_model::{EventFilter, EventKind, JobKind, JobRecord, JobResult, Status};
 use vergence_runner_local::LocalRunner;
 
 fn endpoints() -> Option<(String, String)> {
@@ -131,14 +130,14 @@ async fn quickstart_converges_through_the_api_scheduler_and_worker() {
             &[scope],
             None,
             "cli:test",
-            &vergence_core::ports::SystemClock,
+            &vergence_model::ports::SystemClock,
         )
         .await
         .unwrap()
         .1
     };
-    let admin = token(vergence_core::model::Scope::Admin).await;
-    let ci = token(vergence_core::model::Scope::Release).await;
+    let admin = token(vergence_model::Scope::Admin).await;
+    let ci = token(vergence_model::Scope::Release).await;
 
     let (status, body) = call(
         &api,
@@ -216,7 +215,7 @@ async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version
     let mut h = Harness::start(&dynamodb, &sqs).await;
     let dir = quickstart_copy();
     h.control()
-        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
     let first = Worker::new(h.deployment.clone(), WorkerConfig::default());
@@ -272,7 +271,7 @@ struct DiesAtFirstApply {
 
 #[async_trait]
 impl Runner for DiesAtFirstApply {
-    async fn dispatch(&self, job: &JobRecord) -> vergence_core::Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<()> {
         if job.kind == JobKind::Apply && !self.died.swap(true, Ordering::SeqCst) {
             if self.ran_before_dying {
                 return LocalRunner::inline(Arc::new(Forget)).dispatch(job).await;
@@ -287,7 +286,7 @@ struct Forget;
 
 #[async_trait]
 impl JobResultSink for Forget {
-    async fn job_finished(&self, _: &JobRecord, _: JobResult) -> vergence_core::Result<()> {
+    async fn job_finished(&self, _: &JobRecord, _: JobResult) -> vergence_model::Result<()> {
         Ok(())
     }
 }
@@ -338,7 +337,7 @@ async fn worker_dies_at_first_apply(ran_before_dying: bool) {
     )
     .unwrap();
     h.control()
-        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
 
@@ -389,7 +388,7 @@ async fn requests_per_apply_only_instance_from_release_to_converged() {
     )
     .unwrap();
     h.control()
-        .apply_config(ConfigBundle::from_dir(dir.path()).unwrap(), "ci")
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
     let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());

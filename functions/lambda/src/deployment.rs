@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use vergence_aws::{DynamoStore, SqsQueue};
-use vergence_core::control::Control;
-use vergence_core::ports::{Clock, StateStore, SystemClock, WorkQueue};
+use vergence_compiler::YamlCompiler;
+use vergence_engine::control::Control;
+use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
 
 use crate::LambdaError;
 
@@ -102,6 +103,11 @@ impl Deployment {
     }
 
     pub fn control(&self) -> Control {
-        Control::new(self.state(), self.work(), self.clock.clone())
+        Control::new(
+            self.state(),
+            self.work(),
+            self.clock.clone(),
+            Arc::new(YamlCompiler),
+        )
     }
 }

@@ -17,5 +17,5 @@ pub enum LambdaError {
     },
 
     #[error(transparent)]
-    Core(#[from] vergence_core::Error),
+    Core(#[from] vergence_model::Error),
 }

@@ -2,7 +2,7 @@
 //! come go to the work queue. The due index makes this cost O(due).
 
 use tracing::info;
-use vergence_core::ports::WorkItem;
+use vergence_model::ports::WorkItem;
 
 use crate::Deployment;
 
@@ -20,13 +20,13 @@ pub struct ScheduleReport {
 pub async fn handle(
     deployment: &Deployment,
     event: aws_lambda_events::event::eventbridge::EventBridgeEvent,
-) -> vergence_core::Result<ScheduleReport> {
+) -> vergence_model::Result<ScheduleReport> {
     info!(source = %event.source, detail_type = %event.detail_type, "schedule fired");
     run(deployment).await
 }
 
 /// Enqueues every due instance.
-pub async fn run(deployment: &Deployment) -> vergence_core::Result<ScheduleReport> {
+pub async fn run(deployment: &Deployment) -> vergence_model::Result<ScheduleReport> {
     let now = deployment.clock.now();
     let due = deployment.state().due_instances(now, MAX_PER_RUN).await?;
     let items: Vec<WorkItem> = due

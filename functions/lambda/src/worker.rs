@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::{error, info, warn};
 use vergence_aws::WorkMessage;
-use vergence_core::engine::{Engine, JobCompletion};
-use vergence_core::model::JobRecord;
-use vergence_core::ports::Runner;
+use vergence_engine::{Engine, JobCompletion};
+use vergence_model::JobRecord;
+use vergence_model::ports::Runner;
 use vergence_runner_local::LocalRunner;
 
 use crate::Deployment;
@@ -181,7 +181,7 @@ struct BoundedRunner {
 
 #[async_trait]
 impl Runner for BoundedRunner {
-    async fn dispatch(&self, job: &JobRecord) -> vergence_core::Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<()> {
         let Some(deadline) = self.deadline else {
             return self.inner.dispatch(job).await;
         };
@@ -189,7 +189,7 @@ impl Runner for BoundedRunner {
             .saturating_duration_since(Instant::now())
             .saturating_sub(self.margin);
         if left < MIN_JOB_TIME {
-            return Err(vergence_core::Error::Runner {
+            return Err(vergence_model::Error::Runner {
                 runner: "local".into(),
                 message: "too little time left in this invocation to start the job".into(),
             });

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use vergence_core::model::{MAX_NAME_LEN, check_name};
+use vergence_model::{MAX_NAME_LEN, check_name};
 
 use crate::ApiError;
 

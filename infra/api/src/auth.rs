@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, header};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use vergence_core::model::{ApiToken, ApplicationName, Scope, split_token};
+use vergence_model::{ApiToken, ApplicationName, Scope, split_token};
 
 use crate::{ApiError, ApiState};
 

@@ -35,7 +35,7 @@ pub enum ApiError {
 
     /// A control operation failed; its kind decides the status.
     #[error(transparent)]
-    Control(#[from] vergence_core::Error),
+    Control(#[from] vergence_model::Error),
 
     #[error("cannot generate a random token: {0}")]
     GenerateToken(#[source] getrandom::Error),
@@ -91,8 +91,8 @@ impl ApiError {
     }
 }
 
-fn control_parts(e: &vergence_core::Error) -> (StatusCode, ErrorBody) {
-    use vergence_core::Error as E;
+fn control_parts(e: &vergence_model::Error) -> (StatusCode, ErrorBody) {
+    use vergence_model::Error as E;
     let plain = |status, code: &str, field: Option<String>, message: String| {
         (
             status,

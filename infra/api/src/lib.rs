@@ -21,8 +21,8 @@ pub mod wire;
 
 use std::sync::Arc;
 
-use vergence_core::control::Control;
-use vergence_core::ports::{Clock, StateStore};
+use vergence_engine::control::Control;
+use vergence_model::ports::{Clock, StateStore};
 
 pub use alertmanager::vergence_alert_name;
 pub use auth::{MAX_WEBHOOK_SKEW_SECONDS, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook};

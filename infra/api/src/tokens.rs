@@ -3,8 +3,8 @@
 //! its SHA-256 is stored, so a leaked store does not leak usable tokens.
 
 use sha2::{Digest, Sha256};
-use vergence_core::model::{ApiToken, ApplicationName, Scope, token_string};
-use vergence_core::ports::{Clock, StateStore};
+use vergence_model::ports::{Clock, StateStore};
+use vergence_model::{ApiToken, ApplicationName, Scope, token_string};
 
 use crate::ApiError;
 

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use vergence_core::config::ConfigError;
-use vergence_core::model::{
+use vergence_model::ConfigError;
+use vergence_model::{
     ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord, ReleaseChannelName,
     ServiceName, Status,
 };

@@ -79,7 +79,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use jiff::SignedDuration;
 
-use vergence_core::model::ApplicationName;
+use vergence_model::ApplicationName;
 
 use crate::error::AwsError;
 
@@ -88,7 +88,7 @@ pub(crate) type Item = HashMap<String, AttributeValue>;
 /// How long events are kept unless configured otherwise.
 pub const DEFAULT_EVENT_RETENTION: SignedDuration = SignedDuration::from_hours(30 * 24);
 
-/// The DynamoDB [`vergence_core::ports::StateStore`].
+/// The DynamoDB [`vergence_model::ports::StateStore`].
 #[derive(Debug)]
 pub struct DynamoStore {
     client: Client,

@@ -218,10 +218,10 @@ impl AwsError {
 
     /// The core's error for a failure of the work queue, whatever the
     /// cause (encoding a message counts as the queue's failure too).
-    pub(crate) fn into_queue_error(self) -> vergence_core::Error {
+    pub(crate) fn into_queue_error(self) -> vergence_model::Error {
         match self {
-            AwsError::Conflict { what } => vergence_core::Error::Conflict { what },
-            other => vergence_core::Error::Queue {
+            AwsError::Conflict { what } => vergence_model::Error::Conflict { what },
+            other => vergence_model::Error::Queue {
                 operation: other.operation(),
                 retryable: other.is_retryable(),
                 source: Box::new(other),
@@ -230,12 +230,12 @@ impl AwsError {
     }
 }
 
-impl From<AwsError> for vergence_core::Error {
+impl From<AwsError> for vergence_model::Error {
     fn from(error: AwsError) -> Self {
         match error {
-            AwsError::Conflict { what } => vergence_core::Error::Conflict { what },
+            AwsError::Conflict { what } => vergence_model::Error::Conflict { what },
             other if other.is_queue_error() => other.into_queue_error(),
-            other => vergence_core::Error::Store {
+            other => vergence_model::Error::Store {
                 operation: other.operation(),
                 retryable: other.is_retryable(),
                 source: Box::new(other),

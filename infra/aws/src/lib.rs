@@ -1,6 +1,6 @@
 //! AWS adapters for the serverless shape: the DynamoDB [`DynamoStore`]
-//! (every [`vergence_core::ports::StateStore`] record in one table) and the
-//! SQS [`SqsQueue`] ([`vergence_core::ports::WorkQueue`]). Clients are built
+//! (every [`vergence_model::ports::StateStore`] record in one table) and the
+//! SQS [`SqsQueue`] ([`vergence_model::ports::WorkQueue`]). Clients are built
 //! by the caller (a Lambda's `main`, a test) and handed in.
 
 pub mod dynamo;

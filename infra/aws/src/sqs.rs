@@ -24,8 +24,8 @@ use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use vergence_core::model::{InstanceKey, JobId};
-use vergence_core::ports::{Clock, SystemClock, WorkItem, WorkQueue};
+use vergence_model::ports::{Clock, SystemClock, WorkItem, WorkQueue};
+use vergence_model::{InstanceKey, JobId};
 
 use crate::error::AwsError;
 
@@ -257,7 +257,7 @@ impl SqsQueue {
 
 #[async_trait]
 impl WorkQueue for SqsQueue {
-    async fn enqueue(&self, items: &[WorkItem]) -> vergence_core::Result<()> {
+    async fn enqueue(&self, items: &[WorkItem]) -> vergence_model::Result<()> {
         self.enqueue_items(items)
             .await
             .map_err(AwsError::into_queue_error)

@@ -6,7 +6,7 @@
 
 mod common;
 
-vergence_core::store_conformance_tests!(match common::endpoint(common::DYNAMODB_URL) {
+vergence_model::store_conformance_tests!(match common::endpoint(common::DYNAMODB_URL) {
     Some(url) => common::fresh_store(url),
     None => return,
 });

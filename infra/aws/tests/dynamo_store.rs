@@ -17,16 +17,16 @@ use jiff::{SignedDuration, Timestamp};
 
 use vergence_aws::DynamoStore;
 use vergence_aws::dynamo::table::{DUE_INDEX, DUE_PK, PK, SK, TTL};
-use vergence_core::Error;
-use vergence_core::config::ConfigBundle;
-use vergence_core::conformance::{job, record, t};
-use vergence_core::model::{
-    Artifact, Event, EventFilter, EventKind, InstanceKey, InstanceRecord, JobId, JobOutcome,
-    JobResult,
-};
-use vergence_core::ports::{
+use vergence_model::ConfigBundle;
+use vergence_model::Error;
+use vergence_model::conformance::{job, record, t};
+use vergence_model::ports::{
     ConfigSnapshot, ConfigStore, EventStore, InstanceChange, InstanceCommit, InstanceStore,
     JobStore,
+};
+use vergence_model::{
+    Artifact, Event, EventFilter, EventKind, InstanceKey, InstanceRecord, JobId, JobOutcome,
+    JobResult,
 };
 
 type Item = std::collections::HashMap<String, AttributeValue>;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tracing::warn;
 
-use vergence_core::engine::{Engine, Settled, StepReport, settled};
-use vergence_core::model::{Event, InstanceKey};
-use vergence_core::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
+use vergence_engine::{Engine, Settled, StepReport, settled};
+use vergence_model::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
+use vergence_model::{Event, InstanceKey};
 
 use crate::queue::LocalQueue;
 
@@ -35,7 +35,7 @@ pub enum DriveMode {
 pub trait Progress: Send + Sync {
     /// The events one step recorded, in order.
     fn events(&self, events: &[Event]);
-    fn step_failed(&self, key: &InstanceKey, error: &vergence_core::Error);
+    fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error);
 }
 
 /// Runs the engine over the embedded adapters.
@@ -78,9 +78,9 @@ impl Driver {
         mode: DriveMode,
         progress: Arc<dyn Progress>,
         shutdown: impl Future<Output = ()>,
-    ) -> vergence_core::Result<()> {
+    ) -> vergence_model::Result<()> {
         let mut state = self.initial_state().await?;
-        let mut steps: JoinSet<(InstanceKey, vergence_core::Result<StepReport>)> = JoinSet::new();
+        let mut steps: JoinSet<(InstanceKey, vergence_model::Result<StepReport>)> = JoinSet::new();
         let mut running: HashSet<InstanceKey> = HashSet::new();
         let mut again: HashSet<InstanceKey> = HashSet::new();
         let mut poll = tokio::time::interval(STORE_POLL);
@@ -126,7 +126,7 @@ impl Driver {
         }
     }
 
-    async fn initial_state(&self) -> vergence_core::Result<BTreeMap<InstanceKey, Settled>> {
+    async fn initial_state(&self) -> vergence_model::Result<BTreeMap<InstanceKey, Settled>> {
         let records = self
             .store
             .list_instances(&InstanceFilter::default())
@@ -150,10 +150,10 @@ impl Driver {
     async fn after_step(
         &self,
         key: &InstanceKey,
-        result: vergence_core::Result<StepReport>,
+        result: vergence_model::Result<StepReport>,
         state: &mut BTreeMap<InstanceKey, Settled>,
         progress: &dyn Progress,
-    ) -> vergence_core::Result<()> {
+    ) -> vergence_model::Result<()> {
         match result {
             Ok(report) => {
                 if !report.events.is_empty() {
@@ -189,7 +189,7 @@ impl Driver {
             .is_none_or(|at| at > self.clock.now())
     }
 
-    async fn enqueue_due(&self) -> vergence_core::Result<()> {
+    async fn enqueue_due(&self) -> vergence_model::Result<()> {
         let now = self.clock.now();
         let due = self.store.due_instances(now, 1000).await?;
         let items: Vec<WorkItem> = due

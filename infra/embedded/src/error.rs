@@ -69,11 +69,11 @@ impl EmbeddedError {
     }
 }
 
-impl From<EmbeddedError> for vergence_core::Error {
+impl From<EmbeddedError> for vergence_model::Error {
     fn from(error: EmbeddedError) -> Self {
         match error {
-            EmbeddedError::Conflict { what } => vergence_core::Error::Conflict { what },
-            other => vergence_core::Error::Store {
+            EmbeddedError::Conflict { what } => vergence_model::Error::Conflict { what },
+            other => vergence_model::Error::Store {
                 operation: other.operation(),
                 retryable: other.is_busy(),
                 source: Box::new(other),

@@ -18,7 +18,7 @@ mod conformance {
 
     use super::SqliteStore;
 
-    vergence_core::store_conformance_tests!(async {
+    vergence_model::store_conformance_tests!(async {
         Arc::new(SqliteStore::in_memory().expect("in-memory store"))
     });
 }

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use tokio::sync::Notify;
 
-use vergence_core::model::InstanceKey;
-use vergence_core::ports::{Clock, WorkItem, WorkQueue};
+use vergence_model::InstanceKey;
+use vergence_model::ports::{Clock, WorkItem, WorkQueue};
 
 #[derive(Debug, Default)]
 struct Pending {
@@ -117,7 +117,7 @@ impl LocalQueue {
 
 #[async_trait]
 impl WorkQueue for LocalQueue {
-    async fn enqueue(&self, items: &[WorkItem]) -> vergence_core::Result<()> {
+    async fn enqueue(&self, items: &[WorkItem]) -> vergence_model::Result<()> {
         for item in items {
             self.push(&item.instance, item.not_before);
         }
@@ -130,7 +130,7 @@ impl WorkQueue for LocalQueue {
 #[cfg(test)]
 mod tests {
     use jiff::SignedDuration;
-    use vergence_core::ports::ManualClock;
+    use vergence_model::ports::ManualClock;
 
     use super::*;
 
@@ -178,7 +178,9 @@ mod tests {
 
     #[tokio::test]
     async fn next_wakes_up_when_an_item_arrives() {
-        let queue = Arc::new(LocalQueue::new(Arc::new(vergence_core::ports::SystemClock)));
+        let queue = Arc::new(LocalQueue::new(Arc::new(
+            vergence_model::ports::SystemClock,
+        )));
         let waiter = tokio::spawn({
             let queue = queue.clone();
             async move { queue.next().await }

@@ -15,19 +15,19 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use vergence_core::model::{
-    AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
-    InstanceRecord, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
-};
-use vergence_core::ports::{
+use vergence_model::ports::{
     AlertStore, ApprovalStore, ConfigSnapshot, ConfigStore, CurrentConfig, EventStore,
     InstanceChange, InstanceCommit, InstanceFilter, InstanceStore, JobStore, ReleaseStore,
     TokenStore,
 };
+use vergence_model::{
+    AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
+    InstanceRecord, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
+};
 
 use crate::error::EmbeddedError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
 CREATE TABLE IF NOT EXISTS current_config (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     hash TEXT NOT NULL,
-    revision INTEGER NOT NULL
+    revision INTEGER NOT NULL,
+    channels TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS instances (
     id TEXT PRIMARY KEY,
@@ -128,7 +129,8 @@ impl SqliteStore {
             conn.pragma_update(None, "journal_mode", "WAL")?;
             conn.pragma_update(None, "synchronous", "NORMAL")?;
             conn.busy_timeout(std::time::Duration::from_secs(10))?;
-            conn.execute_batch(SCHEMA)
+            conn.execute_batch(SCHEMA)?;
+            migrate(&conn)
         };
         setup().map_err(|source| EmbeddedError::Open {
             path: path.to_owned(),
@@ -162,6 +164,21 @@ impl SqliteStore {
         tx.commit().map_err(|e| EmbeddedError::sql(operation, e))?;
         Ok(value)
     }
+}
+
+/// Brings a state file written by an earlier version up to this schema.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has_channels: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('current_config') WHERE name = 'channels'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_channels {
+        conn.execute_batch(
+            "ALTER TABLE current_config ADD COLUMN channels TEXT NOT NULL DEFAULT '{}'",
+        )?;
+    }
+    Ok(())
 }
 
 fn to_json<T: Serialize>(
@@ -215,21 +232,28 @@ impl ConfigStore for SqliteStore {
         let row = self
             .conn()
             .query_row(
-                "SELECT hash, revision FROM current_config WHERE id = 1",
+                "SELECT hash, revision, channels FROM current_config WHERE id = 1",
                 [],
-                |r| {
-                    Ok(CurrentConfig {
-                        hash: r.get(0)?,
-                        revision: r.get(1)?,
-                    })
-                },
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?)),
             )
             .optional()
             .map_err(|e| EmbeddedError::sql("current_config", e))?;
-        Ok(row)
+        let Some((hash, revision, channels)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(CurrentConfig {
+            hash,
+            revision,
+            channels: from_json("current_config", &channels)?,
+        }))
     }
 
-    async fn set_current_config(&self, hash: &str, expected_revision: Option<u64>) -> Result<u64> {
+    async fn set_current_config(
+        &self,
+        next: &CurrentConfig,
+        expected_revision: Option<u64>,
+    ) -> Result<u64> {
+        let channels = to_json("set_current_config", &next.channels)?;
         self.write("set_current_config", |tx| {
             let current: Option<u64> = tx
                 .query_row(
@@ -242,14 +266,15 @@ impl ConfigStore for SqliteStore {
             if current != expected_revision {
                 return Err(conflict("the current config pointer"));
             }
-            let next = current.unwrap_or(0) + 1;
+            let revision = current.unwrap_or(0) + 1;
             tx.execute(
-                "INSERT INTO current_config (id, hash, revision) VALUES (1, ?1, ?2)
-                 ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, revision = excluded.revision",
-                params![hash, next],
+                "INSERT INTO current_config (id, hash, revision, channels) VALUES (1, ?1, ?2, ?3)
+                 ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, revision = excluded.revision,
+                   channels = excluded.channels",
+                params![next.hash, revision, channels],
             )
             .map_err(|e| EmbeddedError::sql("set_current_config", e))?;
-            Ok(next)
+            Ok(revision)
         })
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
-use vergence_core::model::Artifact;
+use vergence_model::Artifact;
 
 /// Largest output kept; artifacts travel through state stores and queues.
 pub(crate) const MAX_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
-use vergence_core::model::{JobRecord, JobResult, RunnerSpec};
-use vergence_core::ports::{JobResultSink, Runner};
-use vergence_core::{Error, Result};
+use vergence_model::ports::{JobResultSink, Runner};
+use vergence_model::{Error, Result};
+use vergence_model::{JobRecord, JobResult, RunnerSpec};
 
 pub use process::run_job;
 

@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 use tracing::debug;
-use vergence_core::model::{JobOutcome, JobRecord, JobResult, SecretRef};
+use vergence_model::{JobOutcome, JobRecord, JobResult, SecretRef};
 
 use crate::artifacts::{collect_outputs, temp_dir, write_inputs};
 use crate::capture::{Head, Tail, head_text, pump, tail_text};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{is_running, job, read, running_in_group, script};
 use jiff::SignedDuration;
-use vergence_core::model::{Artifact, JobOutcome, JobResult, SecretRef};
+use vergence_model::{Artifact, JobOutcome, JobResult, SecretRef};
 use vergence_runner_local::run_job;
 
 fn not_started_message(result: &JobResult) -> &str {

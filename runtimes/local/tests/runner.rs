@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{CollectingSink, job, read, script};
-use vergence_core::Error;
-use vergence_core::model::{JobId, JobRecord, RunnerSpec};
-use vergence_core::ports::Runner;
+use vergence_model::Error;
+use vergence_model::ports::Runner;
+use vergence_model::{JobId, JobRecord, RunnerSpec};
 use vergence_runner_local::LocalRunner;
 
 /// Records when it starts and ends (ns since the epoch) in files named after

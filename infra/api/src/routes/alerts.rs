@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use vergence_core::model::{InstanceKey, Scope, check_name};
+use vergence_model::{InstanceKey, Scope, check_name};
 
 use super::{parse_json, path_error, read_body};
 use crate::alertmanager::{self, Payload};

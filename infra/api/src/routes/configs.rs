@@ -8,10 +8,8 @@ use axum::extract::{Query, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vergence_core::compiler::ConfigModel;
-use vergence_core::config::ConfigBundle;
-use vergence_core::control::Control;
-use vergence_core::model::Scope;
+use vergence_model::ConfigBundle;
+use vergence_model::{ApplicationName, Scope};
 
 use super::{parse_json, query_error, read_body};
 use crate::auth::{Caller, authenticate};
@@ -42,21 +40,25 @@ pub(super) async fn push(
     let body = read_body(&api, request).await?;
     let push: ConfigPushRequest = parse_json(&body)?;
     let bundle = bundle_of(push)?;
-    let model = Control::validate(&bundle)?;
-    for application in model.applications.keys() {
+    let model = api.control.validate(&bundle)?;
+    let applications = model.applications();
+    for application in &applications {
         caller.authorize(application, Scope::Admin)?;
     }
     if query.validate_only {
         return Ok(Json(ValidationReport {
-            hash: model.hash.clone(),
-            applications: model.applications.keys().cloned().collect(),
-            runtimes: model.runtimes.len(),
+            hash: model.hash().to_owned(),
+            applications,
+            runtimes: model.runtime_count(),
             instances: model.instance_keys().len(),
         })
         .into_response());
     }
-    authorize_removals(&api, &caller, &model).await?;
-    let report = api.control.apply_config(bundle, &caller.actor()).await?;
+    authorize_removals(&api, &caller, &applications).await?;
+    let report = api
+        .control
+        .apply_compiled(model, bundle, &caller.actor())
+        .await?;
     Ok(Json(report).into_response())
 }
 
@@ -66,13 +68,13 @@ pub(super) async fn push(
 async fn authorize_removals(
     api: &ApiState,
     caller: &Caller,
-    model: &ConfigModel,
+    applications: &[ApplicationName],
 ) -> Result<(), ApiError> {
-    let Some(current) = api.control.current_model().await? else {
+    let Some(current) = api.control.current_config().await? else {
         return Ok(());
     };
-    for application in current.applications.keys() {
-        if !model.applications.contains_key(application) {
+    for application in current.channels.keys() {
+        if !applications.contains(application) {
             caller.authorize(application, Scope::Admin).map_err(|_| {
                 ApiError::Authorize(format!(
                     "applying this config would remove application {application}, which the token cannot administer; include it in the bundle"

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use vergence_core::model::{
+use vergence_model::{
     ApplicationName, Approval, InstanceKey, Release, ReleaseChannelName, Scope, ServiceName,
 };
 

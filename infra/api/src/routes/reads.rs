@@ -6,8 +6,8 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
-use vergence_core::model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceName};
-use vergence_core::ports::InstanceFilter;
+use vergence_model::ports::InstanceFilter;
+use vergence_model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceName};
 
 use super::{parse_name, path_error, query_error};
 use crate::auth::authenticate;
@@ -51,13 +51,13 @@ async fn readable_application(
 async fn require_configured(api: &ApiState, application: &ApplicationName) -> Result<(), ApiError> {
     let configured = api
         .control
-        .current_model()
+        .current_config()
         .await?
-        .is_some_and(|model| model.applications.contains_key(application));
+        .is_some_and(|current| current.channels.contains_key(application));
     if configured {
         return Ok(());
     }
-    Err(vergence_core::Error::not_found(format!("application {application}")).into())
+    Err(vergence_model::Error::not_found(format!("application {application}")).into())
 }
 
 fn optional_name<T: std::str::FromStr<Err = String>>(

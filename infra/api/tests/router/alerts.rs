@@ -2,8 +2,8 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
-use vergence_core::model::Scope;
-use vergence_core::ports::AlertStore;
+use vergence_model::Scope;
+use vergence_model::ports::AlertStore;
 
 use crate::common::{Api, request};
 

@@ -6,8 +6,8 @@ use axum::http::{Method, Request, StatusCode, header};
 use jiff::SignedDuration;
 use serde_json::json;
 use vergence_api::{ApiConfig, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook};
-use vergence_core::model::{Scope, split_token, token_string};
-use vergence_core::ports::{ReleaseStore, TokenStore};
+use vergence_model::ports::{ReleaseStore, TokenStore};
+use vergence_model::{Scope, split_token, token_string};
 
 use crate::common::{APPROVALS, Api, RELEASES, START, request};
 

@@ -12,13 +12,13 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use vergence_api::{ApiConfig, ApiState, create_token, router};
-use vergence_core::config::ConfigBundle;
-use vergence_core::control::Control;
-use vergence_core::model::{
+use vergence_embedded::{LocalQueue, SqliteStore};
+use vergence_engine::control::Control;
+use vergence_model::ConfigBundle;
+use vergence_model::ports::{Clock, CurrentConfig, InstanceFilter, ManualClock, StateStore};
+use vergence_model::{
     AlertState, ApiToken, Approval, Event, EventFilter, InstanceRecord, Release, Scope,
 };
-use vergence_core::ports::{Clock, CurrentConfig, InstanceFilter, ManualClock, StateStore};
-use vergence_embedded::{LocalQueue, SqliteStore};
 
 pub const START: i64 = 1_800_000_000;
 
@@ -96,7 +96,12 @@ impl Api {
         let dyn_store: Arc<dyn StateStore> = store.clone();
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let queue = Arc::new(LocalQueue::new(dyn_clock.clone()));
-        let control = Arc::new(Control::new(dyn_store.clone(), queue, dyn_clock.clone()));
+        let control = Arc::new(Control::new(
+            dyn_store.clone(),
+            queue,
+            dyn_clock.clone(),
+            Arc::new(vergence_compiler::YamlCompiler),
+        ));
         let router = router(ApiState::new(control.clone(), dyn_store, dyn_clock, config));
         Self {
             store,
@@ -231,7 +236,7 @@ pub fn request(
 /// parameters on web (`commit`, `workers`) for CI to set.
 pub fn quickstart_files() -> BTreeMap<String, String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart");
-    let mut files = ConfigBundle::from_dir(&dir).unwrap().files;
+    let mut files = vergence_compiler::read_dir(&dir).unwrap().files;
     let services = files.get_mut("services.yaml").unwrap();
     let web = "  name: web\n  runtime: files-structured\n";
     assert!(services.contains(web));

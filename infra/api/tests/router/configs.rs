@@ -2,9 +2,9 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
-use vergence_core::config::ConfigBundle;
-use vergence_core::model::Scope;
-use vergence_core::ports::ConfigStore;
+use vergence_model::ConfigBundle;
+use vergence_model::Scope;
+use vergence_model::ports::ConfigStore;
 
 use crate::common::{Api, quickstart_files, quickstart_push, request, two_applications};
 

@@ -2,8 +2,8 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
-use vergence_core::model::{InstanceKey, Scope};
-use vergence_core::ports::{ApprovalStore, InstanceStore, ReleaseStore};
+use vergence_model::ports::{ApprovalStore, InstanceStore, ReleaseStore};
+use vergence_model::{InstanceKey, Scope};
 
 use crate::common::{APPROVALS, Api, RELEASES, request};
 

@@ -2,7 +2,7 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
-use vergence_core::model::Scope;
+use vergence_model::Scope;
 
 use crate::common::{Api, RELEASES, request};
 

@@ -3,15 +3,15 @@
 
 use async_trait::async_trait;
 
-use vergence_core::model::AlertState;
-use vergence_core::ports::AlertStore;
+use vergence_model::AlertState;
+use vergence_model::ports::AlertStore;
 
 use super::payload::{decode_inline, inline_body};
 use super::write::Write;
 use super::{DynamoStore, describe, get_attr, key};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const ALERTS_PK: &str = "alerts";
 const ALERT_PREFIX: &str = "alert#";

@@ -2,15 +2,15 @@
 
 use async_trait::async_trait;
 
-use vergence_core::model::{Approval, InstanceKey};
-use vergence_core::ports::ApprovalStore;
+use vergence_model::ports::ApprovalStore;
+use vergence_model::{Approval, InstanceKey};
 
 use super::payload::{decode_inline, inline_body};
 use super::write::Write;
 use super::{DynamoStore, describe, get_attr, key, sortable_millis};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const BODY: &str = "body";
 

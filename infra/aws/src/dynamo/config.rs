@@ -3,18 +3,19 @@
 
 use async_trait::async_trait;
 
-use vergence_core::ports::{ConfigSnapshot, ConfigStore, CurrentConfig};
+use vergence_model::ports::{ConfigSnapshot, ConfigStore, CurrentConfig};
 
 use super::payload::payload;
 use super::write::{Expression, Outcome, Write};
 use super::{DynamoStore, get_attr, get_s, get_u64, key, n, s};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const BODY: &str = "body";
 const HASH: &str = "hash";
 const REVISION: &str = "revision";
+const CHANNELS: &str = "channels";
 
 fn snapshot_pk(hash: &str) -> String {
     format!("snapshot#{hash}")
@@ -69,21 +70,34 @@ impl DynamoStore {
         else {
             return Ok(None);
         };
+        // Pointers written before channel order was kept have none; reads
+        // then order channels by name until the next config push.
+        let channels = match item.get(CHANNELS) {
+            Some(_) => serde_json::from_str(get_s("current_config", &item, CHANNELS)?)
+                .map_err(|e| AwsError::decode("current_config", "the config pointer", e))?,
+            None => Default::default(),
+        };
         Ok(Some(CurrentConfig {
             hash: get_s("current_config", &item, HASH)?.to_owned(),
             revision: get_u64("current_config", &item, REVISION)?,
+            channels,
         }))
     }
 
     async fn move_current_config(
         &self,
-        hash: &str,
+        pointer: &CurrentConfig,
         expected_revision: Option<u64>,
     ) -> std::result::Result<u64, AwsError> {
         let next = expected_revision.unwrap_or(0) + 1;
+        let channels = serde_json::to_string(&pointer.channels).map_err(|e| AwsError::Encode {
+            operation: "set_current_config",
+            source: e.into(),
+        })?;
         let mut item = key(POINTER_PK, POINTER_SK);
-        item.insert(HASH.to_owned(), s(hash));
+        item.insert(HASH.to_owned(), s(&pointer.hash));
         item.insert(REVISION.to_owned(), n(next));
+        item.insert(CHANNELS.to_owned(), s(&channels));
         let condition = match expected_revision {
             None => Expression::absent(),
             Some(revision) => Expression::equals(REVISION, n(revision)),
@@ -112,7 +126,11 @@ impl ConfigStore for DynamoStore {
         Ok(self.load_current_config().await?)
     }
 
-    async fn set_current_config(&self, hash: &str, expected_revision: Option<u64>) -> Result<u64> {
-        Ok(self.move_current_config(hash, expected_revision).await?)
+    async fn set_current_config(
+        &self,
+        next: &CurrentConfig,
+        expected_revision: Option<u64>,
+    ) -> Result<u64> {
+        Ok(self.move_current_config(next, expected_revision).await?)
     }
 }

@@ -7,15 +7,15 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use jiff::{SignedDuration, Timestamp};
 
-use vergence_core::model::{ApplicationName, Event, EventFilter};
-use vergence_core::ports::EventStore;
+use vergence_model::ports::EventStore;
+use vergence_model::{ApplicationName, Event, EventFilter};
 
 use super::payload::{decode_inline, inline_body};
 use super::table::{PK, TTL};
 use super::{DynamoStore, Item, describe, get_attr, key, n, s};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const BODY: &str = "body";
 const SERVICE: &str = "service";

@@ -9,8 +9,8 @@ use futures::future::try_join_all;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
-use vergence_core::model::{ApplicationName, InstanceKey, InstanceRecord};
-use vergence_core::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
+use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
+use vergence_model::{ApplicationName, InstanceKey, InstanceRecord};
 
 use super::events::event_item;
 use super::jobs::job_item;
@@ -20,7 +20,7 @@ use super::write::{Expression, Outcome, Write, item_size};
 use super::{DynamoStore, Item, describe, get_attr, get_u64, key, n, s, sortable_millis};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const REVISION: &str = "revision";
 const BODY: &str = "body";

@@ -7,15 +7,15 @@
 use async_trait::async_trait;
 use jiff::Timestamp;
 
-use vergence_core::model::{JobId, JobRecord, JobResult, JobState};
-use vergence_core::ports::JobStore;
+use vergence_model::ports::JobStore;
+use vergence_model::{JobId, JobRecord, JobResult, JobState};
 
 use super::payload::payload;
 use super::write::{Expression, Outcome, Write};
 use super::{DynamoStore, Item, get_attr, get_s, key, s, table};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const BODY: &str = "body";
 const INSTANCE: &str = "instance";

@@ -6,7 +6,7 @@ use std::sync::PoisonError;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use vergence_core::model::ApplicationName;
+use vergence_model::ApplicationName;
 
 use super::write::{Expression, Outcome, Write};
 use super::{DynamoStore, describe, key};

@@ -11,8 +11,8 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::ReturnValue;
 
-use vergence_core::model::{ApplicationName, Release, ServiceName};
-use vergence_core::ports::ReleaseStore;
+use vergence_model::ports::ReleaseStore;
+use vergence_model::{ApplicationName, Release, ServiceName};
 
 use super::payload::{decode_inline, inline_body};
 use super::table::{PK, SK};
@@ -20,7 +20,7 @@ use super::write::{Expression, Outcome, Write};
 use super::{DynamoStore, describe, get_attr, get_u64, key, n, s};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const BODY: &str = "body";
 const PUSHED_SEQ: &str = "pushed_seq";

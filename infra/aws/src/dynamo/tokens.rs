@@ -5,8 +5,8 @@
 
 use async_trait::async_trait;
 
-use vergence_core::model::{ApiToken, ApplicationName};
-use vergence_core::ports::TokenStore;
+use vergence_model::ports::TokenStore;
+use vergence_model::{ApiToken, ApplicationName};
 
 use super::payload::{decode_inline, inline_body};
 use super::table::PK;
@@ -14,7 +14,7 @@ use super::write::{Expression, Outcome, Write};
 use super::{DynamoStore, Item, describe, get_attr, key, s};
 use crate::error::AwsError;
 
-type Result<T> = vergence_core::Result<T>;
+type Result<T> = vergence_model::Result<T>;
 
 const TOKENS_PK: &str = "tokens";
 const TOKEN_PREFIX: &str = "token#";

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use vergence_core::model::{
+use vergence_model::ports::JobResultSink;
+use vergence_model::{
     InstanceIds, InstanceKey, JobId, JobKind, JobRecord, JobResult, JobSpec, JobState, RunnerSpec,
 };
-use vergence_core::ports::JobResultSink;
 
 /// A local job running `cmd` in `root` with a 30 s timeout.
 pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
@@ -75,10 +75,10 @@ pub struct CollectingSink {
 
 #[async_trait]
 impl JobResultSink for CollectingSink {
-    async fn job_finished(&self, job: &JobRecord, result: JobResult) -> vergence_core::Result<()> {
+    async fn job_finished(&self, job: &JobRecord, result: JobResult) -> vergence_model::Result<()> {
         self.results.lock().unwrap().push((job.id.clone(), result));
         if self.fail {
-            return Err(vergence_core::Error::not_found("the job"));
+            return Err(vergence_model::Error::not_found("the job"));
         }
         Ok(())
     }

@@ -1,0 +1,1578 @@
+//! Checks parsed documents against each other and builds the
+//! [`ConfigModel`]. Every problem is collected with its file, line and field
+//! path; a config with any error produces no model at all.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use jiff::SignedDuration;
+
+use super::model::*;
+use super::template::{Reference, Template, check_identifier};
+use crate::config::schema::*;
+use crate::config::{ParsedDocument, parse_bundle};
+use vergence_model::diagnostics::suggest;
+use vergence_model::{
+    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, DenyWindow, DriftPolicy,
+    FailureBehavior, FetchMode, Lifecycle, ParamValue, Precondition, ProtectionName,
+    RecurringWindow, ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef, Source,
+    TimeWindows,
+};
+
+const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
+const DEFAULT_FETCH_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
+const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
+const DEFAULT_STEADY_STATE_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
+const DEFAULT_GET_INFO_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
+const DEFAULT_GRACE_PERIOD: SignedDuration = SignedDuration::from_mins(10);
+const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
+
+/// Environment variable prefixes Vergence sets itself.
+const RESERVED_ENV_PREFIXES: [&str; 2] = ["VERGENCE_", "PVN_"];
+
+/// Parses and checks a bundle. All errors are returned together.
+pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
+    let (documents, errors) = parse_bundle(bundle);
+    let mut checker = Checker {
+        errors,
+        runtime_sources: HashMap::new(),
+        protections: BTreeMap::new(),
+    };
+    let model = checker.build(bundle, &documents);
+    if checker.errors.is_empty() {
+        Ok(model)
+    } else {
+        Err(ConfigErrors(checker.errors).sorted())
+    }
+}
+
+struct Located<'a, T> {
+    source: &'a Source,
+    doc: &'a T,
+}
+
+/// Where a runtime's templates use constants, checked per release channel
+/// once services say which channels use the runtime.
+struct RuntimeSource<'a> {
+    source: &'a Source,
+    constant_uses: Vec<(String, String)>,
+}
+
+struct Checker<'a> {
+    errors: Vec<ConfigError>,
+    runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
+    protections: BTreeMap<ProtectionName, Protection>,
+}
+
+impl<'a> Checker<'a> {
+    fn err(&mut self, source: &Source, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(source.error(path, message));
+    }
+
+    fn build(&mut self, bundle: &ConfigBundle, documents: &'a [ParsedDocument]) -> ConfigModel {
+        let mut applications = Vec::new();
+        let mut runtime_docs = Vec::new();
+        let mut services = Vec::new();
+        let mut seen: HashMap<(&str, String), &Source> = HashMap::new();
+        for document in documents {
+            let key = (document.body.kind(), document.body.name().to_owned());
+            // Services are unique per application; checked once it is known.
+            if key.0 != "service" {
+                if let Some(first) = seen.get(&key) {
+                    let message = format!(
+                        "{} '{}' is defined twice (first in {}:{})",
+                        key.0, key.1, first.file, first.line
+                    );
+                    self.err(&document.source, format!("{}.name", key.0), message);
+                    continue;
+                }
+                seen.insert(key, &document.source);
+            }
+            match &document.body {
+                DocumentBody::Application(doc) => applications.push(Located {
+                    source: &document.source,
+                    doc: doc.as_ref(),
+                }),
+                DocumentBody::Runtime(doc) => runtime_docs.push((document, doc)),
+                DocumentBody::Service(doc) => services.push(Located {
+                    source: &document.source,
+                    doc: doc.as_ref(),
+                }),
+                DocumentBody::Protection(doc) => self.protection(&document.source, document, doc),
+            }
+        }
+
+        let all_runtime_names: BTreeSet<RuntimeName> = runtime_docs
+            .iter()
+            .map(|(_, doc)| doc.name.clone())
+            .collect();
+        let mut runtimes = BTreeMap::new();
+        for (document, doc) in runtime_docs {
+            if let Some(runtime) = self.runtime(document, doc) {
+                runtimes.insert(runtime.name.clone(), runtime);
+            }
+        }
+
+        let mut apps: BTreeMap<ApplicationName, Application> = BTreeMap::new();
+        for app in &applications {
+            let checked = self.application(app, &all_runtime_names);
+            apps.insert(checked.name.clone(), checked);
+        }
+        for service in &services {
+            self.service(service, &mut apps, &runtimes);
+        }
+        ConfigModel {
+            hash: bundle.hash(),
+            root: bundle.root.clone(),
+            applications: apps,
+            runtimes,
+            protections: std::mem::take(&mut self.protections),
+        }
+    }
+
+    fn protection(&mut self, source: &'a Source, document: &ParsedDocument, doc: &ProtectionDoc) {
+        let params = self.params(source, "protection", &doc.parameters, false);
+        let check = match (&doc.task_config, &doc.alert) {
+            (Some(task), None) => {
+                let mut constant_uses = Vec::new();
+                let job = self.job(
+                    source,
+                    JobInput {
+                        path: "protection",
+                        task,
+                        runner: doc.runner.as_ref(),
+                        dir: &document.dir,
+                        timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
+                        outputs: &[],
+                        params: &params,
+                        owner: &format!("protection {}", doc.name),
+                    },
+                    &mut constant_uses,
+                );
+                // Constants are per release channel and a protection is
+                // attached to many; its values can use them instead.
+                for (path, name) in constant_uses {
+                    self.err(
+                        source,
+                        path,
+                        format!(
+                            "protections cannot use {{{{.Constants.{name}}}}} directly; \
+                             declare a parameter and pass the constant where the protection is attached"
+                        ),
+                    );
+                }
+                job.map(ProtectionTemplate::Job)
+            }
+            (None, Some(alert)) => match vergence_model::check_name(alert) {
+                Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),
+                Err(e) => {
+                    self.err(source, "protection.alert", e);
+                    None
+                }
+            },
+            (Some(_), Some(_)) => {
+                self.err(
+                    source,
+                    "protection",
+                    "a protection has either taskConfig (a check job) or alert (a state set from outside), not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.err(
+                    source,
+                    "protection",
+                    "a protection needs taskConfig (a check job, exit 0 = pass) or alert (a state set with `vergence alert set`)",
+                );
+                None
+            }
+        };
+        if let Some(check) = check {
+            self.protections.insert(
+                doc.name.clone(),
+                Protection {
+                    name: doc.name.clone(),
+                    params,
+                    check,
+                    poll_interval: doc
+                        .poll_interval
+                        .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
+                },
+            );
+        }
+    }
+
+    /// Checks protections attached at `base` (a release channel or a
+    /// service): the protection exists, its parameters get valid values and
+    /// every lifecycle point is well formed.
+    fn protection_uses(
+        &mut self,
+        source: &Source,
+        base: &str,
+        attached_to: &str,
+        docs: &[ProtectionAttachmentDoc],
+    ) -> Vec<ProtectionUse> {
+        let mut uses = Vec::new();
+        for (i, doc) in docs.iter().enumerate() {
+            let path = format!("{base}.protections[{i}]");
+            let name = &doc.reference.name;
+            let Some(protection) = self.protections.get(name).cloned() else {
+                let message = unknown_name_message(
+                    "protection",
+                    name.as_str(),
+                    self.protections.keys().map(|p| p.as_str()),
+                );
+                self.err(source, format!("{path}.ref.name"), message);
+                continue;
+            };
+            let mut values = BTreeMap::new();
+            for (j, value) in doc.reference.parameters.iter().enumerate() {
+                let vpath = format!("{path}.ref.parameters[{j}]");
+                let Some(decl) = protection.params.iter().find(|p| p.name == value.name) else {
+                    let message = unknown_param_message(
+                        &value.name,
+                        &Reference::Param(value.name.clone()),
+                        &format!("protection {name}"),
+                        &protection.params,
+                    );
+                    self.err(source, format!("{vpath}.name"), message);
+                    continue;
+                };
+                let raw = value
+                    .string
+                    .as_ref()
+                    .or(value.int.as_ref())
+                    .or(value.docker_image.as_ref());
+                let Some(raw) = raw else {
+                    self.err(
+                        source,
+                        vpath,
+                        format!(
+                            "give parameter '{}' a value: {}: VALUE",
+                            value.name,
+                            decl.kind.name()
+                        ),
+                    );
+                    continue;
+                };
+                match Template::parse(raw) {
+                    Ok(t) => {
+                        if t.references().any(|r| matches!(r, Reference::Param(_))) {
+                            self.err(
+                                source,
+                                vpath,
+                                "protection parameter values can use {{.Constants.x}} and {{.Builtins...}}, not {{.Params.x}}",
+                            );
+                            continue;
+                        }
+                        values.insert(value.name.clone(), t);
+                    }
+                    Err(e) => self.err(source, vpath, e),
+                }
+            }
+            for decl in &protection.params {
+                if decl.required && decl.default.is_none() && !values.contains_key(&decl.name) {
+                    self.err(
+                        source,
+                        format!("{path}.ref.parameters"),
+                        format!(
+                            "protection {name} needs a value for its required parameter '{}'",
+                            decl.name
+                        ),
+                    );
+                }
+            }
+            if doc.lifecycle.is_empty() {
+                self.err(
+                    source,
+                    format!("{path}.lifecycle"),
+                    "say when the protection runs: preApproval, deployment or postDeployment",
+                );
+            }
+            let mut lifecycles = Vec::new();
+            for (j, lifecycle) in doc.lifecycle.iter().enumerate() {
+                let lpath = format!("{path}.lifecycle[{j}]");
+                let compiled = match lifecycle {
+                    LifecycleDoc::PreApproval(_) => Lifecycle::PreApproval,
+                    LifecycleDoc::Deployment(d) => Lifecycle::Deployment {
+                        failure_behavior: match d.failure_behavior {
+                            None | Some(FailureBehaviorDoc::Block) => FailureBehavior::Block,
+                            Some(FailureBehaviorDoc::Fail) => FailureBehavior::Fail,
+                        },
+                    },
+                    LifecycleDoc::PostDeployment(p) => {
+                        let Some(duration) = p.check_duration.map(|d| d.0) else {
+                            self.err(
+                                source,
+                                format!("{lpath}.postDeployment.checkDuration"),
+                                "a post-deployment check needs checkDuration: how long it must pass",
+                            );
+                            continue;
+                        };
+                        Lifecycle::PostDeployment {
+                            delay: p.delay_check_duration.map_or(SignedDuration::ZERO, |d| d.0),
+                            duration,
+                        }
+                    }
+                };
+                if lifecycles
+                    .iter()
+                    .any(|l: &Lifecycle| l.as_str() == compiled.as_str())
+                {
+                    self.err(
+                        source,
+                        lpath,
+                        format!("lifecycle {} is given twice", compiled.as_str()),
+                    );
+                    continue;
+                }
+                if matches!(protection.check, ProtectionTemplate::Alert(_))
+                    && matches!(compiled, Lifecycle::PostDeployment { .. })
+                {
+                    self.err(
+                        source,
+                        lpath,
+                        "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
+                    );
+                    continue;
+                }
+                lifecycles.push(compiled);
+            }
+            uses.push(ProtectionUse {
+                name: name.clone(),
+                values,
+                lifecycles,
+                attached_to: attached_to.to_owned(),
+            });
+        }
+        uses
+    }
+
+    fn runtime(&mut self, document: &'a ParsedDocument, doc: &RuntimeDoc) -> Option<Runtime> {
+        let source = &document.source;
+        let first_class = [
+            ("ecs", doc.ecs.is_some()),
+            ("cloudRun", doc.cloud_run.is_some()),
+            ("kubernetes", doc.kubernetes.is_some()),
+            ("terraform", doc.terraform.is_some()),
+        ];
+        for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
+            self.err(
+                source,
+                format!("runtime.{kind}"),
+                format!(
+                    "first-class {kind} runtimes are not available in this version of Vergence; \
+                     describe the runtime with apply (and optionally fetch) commands instead"
+                ),
+            );
+        }
+        let params = self.params(source, "runtime", &doc.parameters, true);
+        let Some(apply) = &doc.apply else {
+            if first_class.iter().all(|(_, set)| !set) {
+                self.err(
+                    source,
+                    "runtime",
+                    "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
+                );
+            }
+            return None;
+        };
+        let owner = format!("runtime {}", doc.name);
+        let mut constant_uses = Vec::new();
+        let apply_job = self.job(
+            source,
+            JobInput {
+                path: "runtime.apply",
+                task: &apply.task_config,
+                runner: doc.runner.as_ref(),
+                dir: &document.dir,
+                timeout: apply.timeout.map_or(DEFAULT_APPLY_TIMEOUT, |d| d.0),
+                outputs: &[],
+                params: &params,
+                owner: &owner,
+            },
+            &mut constant_uses,
+        );
+        let retry_policy = self.retry_policy(source, apply.retry_policy.as_ref());
+        let fetch = doc.fetch.as_ref().and_then(|fetch| {
+            for (i, output) in fetch.outputs.iter().enumerate() {
+                if output.is_empty() || output.contains(['/', '\\']) || output.starts_with('.') {
+                    self.err(
+                        source,
+                        format!("runtime.fetch.outputs[{i}]"),
+                        format!("output {output:?} must be a plain file name"),
+                    );
+                }
+            }
+            let job = self.job(
+                source,
+                JobInput {
+                    path: "runtime.fetch",
+                    task: &fetch.task_config,
+                    runner: doc.runner.as_ref(),
+                    dir: &document.dir,
+                    timeout: fetch.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
+                    outputs: &fetch.outputs,
+                    params: &params,
+                    owner: &owner,
+                },
+                &mut constant_uses,
+            )?;
+            Some(FetchTemplate {
+                job,
+                mode: match fetch.mode {
+                    None | Some(FetchModeDoc::ExitCode) => FetchMode::ExitCode,
+                    Some(FetchModeDoc::Structured) => FetchMode::Structured,
+                },
+                poll_interval: fetch.poll_interval.map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
+                steady_state_poll_interval: fetch
+                    .steady_state_poll_interval
+                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
+            })
+        });
+        let get_info = doc.get_info.as_ref().and_then(|info| {
+            let job = self.job(
+                source,
+                JobInput {
+                    path: "runtime.getInfo",
+                    task: &info.task_config,
+                    runner: doc.runner.as_ref(),
+                    dir: &document.dir,
+                    timeout: info.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
+                    outputs: &[],
+                    params: &params,
+                    owner: &owner,
+                },
+                &mut constant_uses,
+            )?;
+            Some(GetInfoTemplate {
+                job,
+                poll_interval: info
+                    .poll_interval
+                    .map_or(DEFAULT_GET_INFO_POLL_INTERVAL, |d| d.0),
+            })
+        });
+        self.runtime_sources.insert(
+            doc.name.clone(),
+            RuntimeSource {
+                source,
+                constant_uses,
+            },
+        );
+        Some(Runtime {
+            name: doc.name.clone(),
+            params,
+            apply: apply_job?,
+            retryable_exit_codes: apply.retryable_exit_codes.clone(),
+            retry_policy,
+            fetch: if doc.fetch.is_some() {
+                Some(fetch?)
+            } else {
+                None
+            },
+            get_info: if doc.get_info.is_some() {
+                Some(get_info?)
+            } else {
+                None
+            },
+            convergence_grace_period: doc
+                .convergence_grace_period
+                .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
+            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+        })
+    }
+
+    fn retry_policy(&mut self, source: &Source, doc: Option<&RetryPolicyDoc>) -> RetryPolicy {
+        let default = RetryPolicy::default();
+        let Some(doc) = doc else { return default };
+        let policy = RetryPolicy {
+            base_interval: doc.base_interval.map_or(default.base_interval, |d| d.0),
+            max_interval: doc.max_interval.map_or(default.max_interval, |d| d.0),
+            max_attempts: doc.max_attempts.unwrap_or(default.max_attempts),
+        };
+        let path = "runtime.apply.retryPolicy";
+        if policy.max_attempts == 0 {
+            self.err(
+                source,
+                format!("{path}.maxAttempts"),
+                "maxAttempts must be at least 1",
+            );
+        }
+        if policy.base_interval > policy.max_interval {
+            self.err(
+                source,
+                format!("{path}.baseInterval"),
+                format!(
+                    "baseInterval ({:#}) is longer than maxInterval ({:#})",
+                    policy.base_interval, policy.max_interval
+                ),
+            );
+        }
+        policy
+    }
+
+    fn params(
+        &mut self,
+        source: &Source,
+        base: &str,
+        docs: &[ParameterDoc],
+        allow_secret: bool,
+    ) -> Vec<ParamDecl> {
+        let mut params: Vec<ParamDecl> = Vec::new();
+        for (i, doc) in docs.iter().enumerate() {
+            let path = format!("{base}.parameters[{i}]");
+            if let Err(e) = check_identifier(&doc.name) {
+                self.err(source, format!("{path}.name"), e);
+                continue;
+            }
+            if params.iter().any(|p| p.name == doc.name) {
+                self.err(
+                    source,
+                    format!("{path}.name"),
+                    format!("parameter '{}' is declared twice", doc.name),
+                );
+                continue;
+            }
+            let kinds = [
+                doc.string.as_ref().map(|s| {
+                    (
+                        ParamKind::String,
+                        s.default_value.clone().map(ParamValue::String),
+                    )
+                }),
+                doc.int
+                    .as_ref()
+                    .map(|i| (ParamKind::Int, i.default_value.map(ParamValue::Int))),
+                doc.docker_image.as_ref().map(|s| {
+                    (
+                        ParamKind::DockerImage,
+                        s.default_value.clone().map(ParamValue::DockerImage),
+                    )
+                }),
+                doc.secret.as_ref().map(|_| (ParamKind::Secret, None)),
+            ];
+            let mut given = kinds.into_iter().flatten();
+            let Some((kind, default)) = given.next() else {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "parameter '{}' needs a type: string, int, dockerImage or secret (e.g. `string: {{}}`)",
+                        doc.name
+                    ),
+                );
+                continue;
+            };
+            if given.next().is_some() {
+                self.err(
+                    source,
+                    path.clone(),
+                    format!("parameter '{}' has more than one type; keep one", doc.name),
+                );
+            }
+            let required = doc.required.unwrap_or(false);
+            if kind == ParamKind::Secret && !allow_secret {
+                self.err(
+                    source,
+                    format!("{path}.secret"),
+                    "secret parameters cannot be set by releases; declare the secret on the runtime",
+                );
+            }
+            if required && default.is_some() {
+                self.err(
+                    source,
+                    path.clone(),
+                    format!(
+                        "parameter '{}' is required and has a default; keep one",
+                        doc.name
+                    ),
+                );
+            }
+            if let Some(ParamValue::DockerImage(image)) = &default
+                && let Err(e) = check_docker_image(image)
+            {
+                self.err(source, format!("{path}.dockerImage.defaultValue"), e);
+            }
+            if kind == ParamKind::Int && !required && default.is_none() {
+                self.err(
+                    source,
+                    path.clone(),
+                    format!(
+                        "int parameter '{}' needs a defaultValue or `required: true`",
+                        doc.name
+                    ),
+                );
+            }
+            params.push(ParamDecl {
+                name: doc.name.clone(),
+                kind,
+                required,
+                default,
+            });
+        }
+        params
+    }
+
+    fn job(
+        &mut self,
+        source: &'a Source,
+        input: JobInput<'_>,
+        constant_uses: &mut Vec<(String, String)>,
+    ) -> Option<JobTemplate> {
+        let program = &input.task.program;
+        let program_path = format!("{}.taskConfig.program", input.path);
+        let runner = runner_spec(input.runner);
+        let before = self.errors.len();
+        if program.cmd.is_empty() {
+            self.err(
+                source,
+                format!("{program_path}.cmd"),
+                "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
+            );
+        }
+        if runner != RunnerSpec::Local && program.image.is_none() {
+            self.err(
+                source,
+                format!("{program_path}.image"),
+                format!("the {} runner runs a container: set image", runner.name()),
+            );
+        }
+        let mut template = |checker: &mut Self, path: String, raw: &str, whole_secret_ok: bool| {
+            let parsed = match Template::parse(raw) {
+                Ok(t) => t,
+                Err(e) => {
+                    checker.err(source, path, e);
+                    return None;
+                }
+            };
+            checker.references(
+                source,
+                &path,
+                &parsed,
+                input.params,
+                input.owner,
+                whole_secret_ok,
+                constant_uses,
+            );
+            Some(parsed)
+        };
+        let cmd: Vec<Template> = program
+            .cmd
+            .iter()
+            .enumerate()
+            .filter_map(|(i, raw)| template(self, format!("{program_path}.cmd[{i}]"), raw, false))
+            .collect();
+        let image = program
+            .image
+            .as_ref()
+            .and_then(|raw| template(self, format!("{program_path}.image"), raw, false));
+        let mut env = BTreeMap::new();
+        for (name, raw) in &program.env {
+            let path = format!("{program_path}.env.{name}");
+            if let Err(e) = check_env_name(name) {
+                self.err(source, path.clone(), e);
+            }
+            if let Some(t) = template(self, path, raw, true) {
+                env.insert(name.clone(), t);
+            }
+        }
+        (self.errors.len() == before).then(|| JobTemplate {
+            runner,
+            image,
+            cmd,
+            env,
+            working_dir: input.dir.to_owned(),
+            timeout: input.timeout,
+            outputs: input.outputs.to_vec(),
+        })
+    }
+
+    /// Checks the references of a runtime or protection template: parameters
+    /// must be declared, secrets may only be a whole env value, and constant
+    /// uses are remembered for the per-channel check.
+    #[allow(clippy::too_many_arguments)]
+    fn references(
+        &mut self,
+        source: &Source,
+        path: &str,
+        template: &Template,
+        params: &[ParamDecl],
+        owner: &str,
+        whole_secret_ok: bool,
+        constant_uses: &mut Vec<(String, String)>,
+    ) {
+        for reference in template.references() {
+            match reference {
+                Reference::Param(name) => match params.iter().find(|p| &p.name == name) {
+                    None => {
+                        let message = unknown_param_message(name, reference, owner, params);
+                        self.err(source, path, message);
+                    }
+                    Some(p)
+                        if p.kind == ParamKind::Secret
+                            && !(whole_secret_ok && template.sole_reference().is_some()) =>
+                    {
+                        self.err(
+                            source,
+                            path,
+                            format!(
+                                "secret parameter '{name}' can only be the whole value of an env variable \
+                                 (secrets are never put on command lines)"
+                            ),
+                        );
+                    }
+                    Some(_) => {}
+                },
+                Reference::Constant(name) => constant_uses.push((path.to_owned(), name.clone())),
+                Reference::Builtin(_) => {}
+            }
+        }
+    }
+
+    fn application(
+        &mut self,
+        app: &Located<'a, ApplicationDoc>,
+        runtime_names: &BTreeSet<RuntimeName>,
+    ) -> Application {
+        let (source, doc) = (app.source, app.doc);
+        if doc.release_channels.is_empty() {
+            self.err(
+                source,
+                "application.releaseChannels",
+                "an application needs at least one release channel",
+            );
+        }
+        let channel_names: Vec<&ReleaseChannelName> =
+            doc.release_channels.iter().map(|c| &c.name).collect();
+        let mut channels: Vec<ReleaseChannel> = Vec::new();
+        for (i, channel) in doc.release_channels.iter().enumerate() {
+            let path = format!("application.releaseChannels[{i}]");
+            if channels.iter().any(|c| c.name == channel.name) {
+                self.err(
+                    source,
+                    format!("{path}.name"),
+                    format!("release channel '{}' is defined twice", channel.name),
+                );
+                continue;
+            }
+            let runtimes = self.channel_runtimes(source, &path, channel, runtime_names);
+            let constants = self.constants(source, &path, &channel.constants);
+            let preconditions = self.preconditions(source, &path, channel, &channel_names);
+            let protections = self.protection_uses(
+                source,
+                &path,
+                &format!("release channel {}", channel.name),
+                &channel.protections,
+            );
+            let windows = self.windows(source, &path, channel);
+            channels.push(ReleaseChannel {
+                name: channel.name.clone(),
+                runtimes,
+                constants,
+                preconditions,
+                downstream: Vec::new(),
+                protections,
+                windows,
+            });
+        }
+        self.check_cycles(source, &channels);
+        let upstream_of: Vec<(ReleaseChannelName, ReleaseChannelName)> = channels
+            .iter()
+            .flat_map(|c| {
+                Precondition::upstream_channels(&c.preconditions)
+                    .map(move |u| (u.clone(), c.name.clone()))
+            })
+            .collect();
+        for (upstream, downstream) in upstream_of {
+            if let Some(c) = channels.iter_mut().find(|c| c.name == upstream)
+                && !c.downstream.contains(&downstream)
+            {
+                c.downstream.push(downstream);
+            }
+        }
+        Application {
+            name: doc.name.clone(),
+            release_channels: channels,
+            services: BTreeMap::new(),
+        }
+    }
+
+    fn channel_runtimes(
+        &mut self,
+        source: &Source,
+        path: &str,
+        channel: &ReleaseChannelDoc,
+        runtime_names: &BTreeSet<RuntimeName>,
+    ) -> Vec<RuntimeName> {
+        if channel.runtimes.is_empty() {
+            self.err(
+                source,
+                format!("{path}.runtimes"),
+                format!(
+                    "release channel '{}' lists no runtimes; add e.g. `runtimes: [{{runtime: NAME}}]`",
+                    channel.name
+                ),
+            );
+        }
+        let mut runtimes = Vec::new();
+        for (j, reference) in channel.runtimes.iter().enumerate() {
+            if !runtime_names.contains(&reference.runtime) {
+                let message = unknown_name_message(
+                    "runtime",
+                    reference.runtime.as_str(),
+                    runtime_names.iter().map(|r| r.as_str()),
+                );
+                self.err(source, format!("{path}.runtimes[{j}].runtime"), message);
+            } else if !runtimes.contains(&reference.runtime) {
+                runtimes.push(reference.runtime.clone());
+            }
+        }
+        runtimes
+    }
+
+    fn constants(
+        &mut self,
+        source: &Source,
+        path: &str,
+        docs: &[ConstantDoc],
+    ) -> BTreeMap<String, String> {
+        let mut constants = BTreeMap::new();
+        for (j, constant) in docs.iter().enumerate() {
+            let cpath = format!("{path}.constants[{j}]");
+            if let Err(e) = check_identifier(&constant.name) {
+                self.err(source, format!("{cpath}.name"), e);
+                continue;
+            }
+            let value = match (&constant.string, &constant.int) {
+                (Some(s), None) => s.value.clone(),
+                (None, Some(i)) => {
+                    if i.value.parse::<i64>().is_err() {
+                        self.err(
+                            source,
+                            format!("{cpath}.int.value"),
+                            format!("{:?} is not an integer", i.value),
+                        );
+                    }
+                    i.value.clone()
+                }
+                _ => {
+                    self.err(
+                        source,
+                        cpath,
+                        format!("constant '{}' needs exactly one of string: {{value: …}} or int: {{value: …}}", constant.name),
+                    );
+                    continue;
+                }
+            };
+            if constants.insert(constant.name.clone(), value).is_some() {
+                self.err(
+                    source,
+                    format!("{cpath}.name"),
+                    format!("constant '{}' is defined twice", constant.name),
+                );
+            }
+        }
+        constants
+    }
+
+    fn preconditions(
+        &mut self,
+        source: &Source,
+        path: &str,
+        channel: &ReleaseChannelDoc,
+        channel_names: &[&ReleaseChannelName],
+    ) -> Vec<Precondition> {
+        let mut preconditions = Vec::new();
+        for (j, precondition) in channel.preconditions.iter().enumerate() {
+            let ppath = format!("{path}.preconditions[{j}]");
+            match precondition {
+                PreconditionDoc::ReleaseChannelStable(stable) => {
+                    let target = &stable.release_channel;
+                    let rpath = format!("{ppath}.releaseChannelStable.releaseChannel");
+                    if target == &channel.name {
+                        self.err(
+                            source,
+                            rpath,
+                            format!("release channel '{target}' cannot wait for itself"),
+                        );
+                    } else if !channel_names.contains(&target) {
+                        let message = unknown_name_message(
+                            "release channel",
+                            target.as_str(),
+                            channel_names.iter().map(|c| c.as_str()),
+                        );
+                        self.err(source, rpath, message);
+                    } else {
+                        preconditions.push(Precondition::ReleaseChannelStable {
+                            release_channel: target.clone(),
+                            duration: stable.duration.map(|d| d.0),
+                        });
+                    }
+                }
+                PreconditionDoc::ManualApproval(approval) => {
+                    if let Err(e) = vergence_model::check_name(&approval.name) {
+                        self.err(source, format!("{ppath}.manualApproval.name"), e);
+                    }
+                    preconditions.push(Precondition::ManualApproval {
+                        name: approval.name.clone(),
+                    });
+                }
+            }
+        }
+        preconditions
+    }
+
+    /// `allowedTimes` and `deniedTimes` of a release channel.
+    fn windows(&mut self, source: &Source, path: &str, channel: &ReleaseChannelDoc) -> TimeWindows {
+        let mut windows = TimeWindows::default();
+        for (i, w) in channel.allowed_times.iter().enumerate() {
+            match RecurringWindow::parse(
+                w.days.as_deref(),
+                w.hours.as_deref(),
+                w.timezone.as_deref(),
+            ) {
+                Ok(window) => windows.allowed.push(window),
+                Err(e) => self.err(source, format!("{path}.allowedTimes[{i}]"), e),
+            }
+        }
+        for (i, w) in channel.denied_times.iter().enumerate() {
+            let wpath = format!("{path}.deniedTimes[{i}]");
+            let recurring = w.days.is_some() || w.hours.is_some() || w.timezone.is_some();
+            match (&w.start, &w.end, recurring) {
+                (Some(start), Some(end), false) => {
+                    let parse = |field: &str, raw: &str| {
+                        raw.parse::<jiff::Timestamp>().map_err(|e| {
+                            format!("{field} {raw:?} is not an RFC 3339 instant like 2026-12-20T00:00:00Z: {e}")
+                        })
+                    };
+                    match (parse("start", start), parse("end", end)) {
+                        (Ok(start), Ok(end)) if start < end => windows.denied.push(DenyWindow::Between {
+                            name: w.name.clone(),
+                            start,
+                            end,
+                        }),
+                        (Ok(_), Ok(_)) => self.err(source, format!("{wpath}.end"), "end must be after start"),
+                        (Err(e), _) => self.err(source, format!("{wpath}.start"), e),
+                        (_, Err(e)) => self.err(source, format!("{wpath}.end"), e),
+                    }
+                }
+                (None, None, true) => {
+                    match RecurringWindow::parse(w.days.as_deref(), w.hours.as_deref(), w.timezone.as_deref()) {
+                        Ok(window) => windows.denied.push(DenyWindow::Recurring {
+                            name: w.name.clone(),
+                            window,
+                        }),
+                        Err(e) => self.err(source, wpath, e),
+                    }
+                }
+                _ => self.err(
+                    source,
+                    wpath,
+                    "a freeze is either {start, end} (two instants) or {days, hours, timezone} (recurring), not both or a part of one",
+                ),
+            }
+        }
+        windows
+    }
+
+    fn check_cycles(&mut self, source: &Source, channels: &[ReleaseChannel]) {
+        // Depth-first search; a channel met again on the current path closes a cycle.
+        fn visit<'c>(
+            name: &'c ReleaseChannelName,
+            channels: &'c [ReleaseChannel],
+            path: &mut Vec<&'c ReleaseChannelName>,
+            done: &mut BTreeSet<&'c ReleaseChannelName>,
+        ) -> Option<Vec<&'c ReleaseChannelName>> {
+            if let Some(start) = path.iter().position(|n| *n == name) {
+                let mut cycle = path[start..].to_vec();
+                cycle.push(name);
+                return Some(cycle);
+            }
+            if !done.insert(name) {
+                return None;
+            }
+            path.push(name);
+            let channel = channels.iter().find(|c| &c.name == name)?;
+            for upstream in Precondition::upstream_channels(&channel.preconditions) {
+                if let Some(cycle) = visit(upstream, channels, path, done) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        for (i, channel) in channels.iter().enumerate() {
+            if let Some(cycle) = visit(&channel.name, channels, &mut Vec::new(), &mut done) {
+                let rendered: Vec<&str> = cycle.iter().map(|c| c.as_str()).collect();
+                self.err(
+                    source,
+                    format!("application.releaseChannels[{i}].preconditions"),
+                    format!(
+                        "release channel preconditions form a cycle: {}; no channel in it could ever deploy",
+                        rendered.join(" → ")
+                    ),
+                );
+                return;
+            }
+        }
+    }
+
+    fn service(
+        &mut self,
+        service: &Located<'a, ServiceDoc>,
+        apps: &mut BTreeMap<ApplicationName, Application>,
+        runtimes: &BTreeMap<RuntimeName, Runtime>,
+    ) {
+        let (source, doc) = (service.source, service.doc);
+        let Some(app_name) = self.service_application(source, doc, apps) else {
+            return;
+        };
+        let params = self.params(source, "service", &doc.parameters, false);
+        let protections = self.protection_uses(
+            source,
+            "service",
+            &format!("service {}", doc.name),
+            &doc.protections,
+        );
+        let per_channel = self.per_channel(source, doc, &apps[&app_name]);
+        let mut channels = BTreeMap::new();
+        for channel in &apps[&app_name].release_channels {
+            if let Some(checked) = self.service_channel(
+                source,
+                doc,
+                channel,
+                per_channel.get(&channel.name),
+                &params,
+                runtimes,
+            ) {
+                channels.insert(channel.name.clone(), checked);
+            }
+        }
+        let Some(app) = apps.get_mut(&app_name) else {
+            return;
+        };
+        if app.services.contains_key(&doc.name) {
+            self.err(
+                source,
+                "service.name",
+                format!(
+                    "service '{}' is defined twice in application '{}'",
+                    doc.name, app_name
+                ),
+            );
+            return;
+        }
+        app.services.insert(
+            doc.name.clone(),
+            Service {
+                name: doc.name.clone(),
+                params,
+                channels,
+                drift_policy: match doc.drift_policy {
+                    None | Some(DriftPolicyDoc::Remediate) => DriftPolicy::Remediate,
+                    Some(DriftPolicyDoc::DetectOnly) => DriftPolicy::DetectOnly,
+                },
+                protections,
+                auto_rollback: !doc.auto_rollback.as_ref().is_some_and(|a| a.disabled),
+            },
+        );
+    }
+
+    fn service_application(
+        &mut self,
+        source: &Source,
+        doc: &ServiceDoc,
+        apps: &BTreeMap<ApplicationName, Application>,
+    ) -> Option<ApplicationName> {
+        match &doc.application {
+            Some(name) if apps.contains_key(name) => Some(name.clone()),
+            Some(name) => {
+                let message = unknown_name_message(
+                    "application",
+                    name.as_str(),
+                    apps.keys().map(|a| a.as_str()),
+                );
+                self.err(source, "service.application", message);
+                None
+            }
+            None if apps.len() == 1 => apps.keys().next().cloned(),
+            None if apps.is_empty() => {
+                self.err(
+                    source,
+                    "service",
+                    format!(
+                        "service '{}' needs an application, and the config defines none",
+                        doc.name
+                    ),
+                );
+                None
+            }
+            None => {
+                let names: Vec<&str> = apps.keys().map(|a| a.as_str()).collect();
+                self.err(
+                    source,
+                    "service",
+                    format!(
+                        "service '{}' must name its application: the config defines {}",
+                        doc.name,
+                        names.join(", ")
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn per_channel(
+        &mut self,
+        source: &Source,
+        doc: &'a ServiceDoc,
+        app: &Application,
+    ) -> BTreeMap<ReleaseChannelName, (usize, &'a PerReleaseChannelDoc)> {
+        let mut found = BTreeMap::new();
+        for (i, per) in doc.per_release_channel.iter().enumerate() {
+            let path = format!("service.perReleaseChannel[{i}].releaseChannel");
+            if app.channel(&per.release_channel).is_none() {
+                let message = unknown_name_message(
+                    &format!("release channel of application {}", app.name),
+                    per.release_channel.as_str(),
+                    app.release_channels.iter().map(|c| c.name.as_str()),
+                );
+                self.err(source, path, message);
+            } else if found
+                .insert(per.release_channel.clone(), (i, per))
+                .is_some()
+            {
+                self.err(
+                    source,
+                    path,
+                    format!("release channel '{}' appears twice", per.release_channel),
+                );
+            }
+        }
+        found
+    }
+
+    fn service_channel(
+        &mut self,
+        source: &Source,
+        doc: &ServiceDoc,
+        channel: &ReleaseChannel,
+        per: Option<&(usize, &PerReleaseChannelDoc)>,
+        service_params: &[ParamDecl],
+        runtimes: &BTreeMap<RuntimeName, Runtime>,
+    ) -> Option<ServiceChannel> {
+        let per_path = per.map(|(i, _)| format!("service.perReleaseChannel[{i}]"));
+        let chosen = per
+            .and_then(|(_, p)| {
+                p.runtime
+                    .as_ref()
+                    .map(|r| (r, format!("{}.runtime", per_path.as_deref().unwrap_or(""))))
+            })
+            .or_else(|| {
+                doc.runtime
+                    .as_ref()
+                    .map(|r| (r, "service.runtime".to_owned()))
+            });
+        let runtime_name = match (chosen, channel.runtimes.as_slice()) {
+            (Some((name, path)), offered) => {
+                if !offered.contains(name) {
+                    let offered: Vec<&str> = offered.iter().map(|r| r.as_str()).collect();
+                    self.err(
+                        source,
+                        path,
+                        format!(
+                            "runtime '{name}' is not offered by release channel '{}' (it offers: {})",
+                            channel.name,
+                            offered.join(", ")
+                        ),
+                    );
+                    return None;
+                }
+                name.clone()
+            }
+            (None, [only]) => only.clone(),
+            (None, []) => return None,
+            (None, several) => {
+                let offered: Vec<&str> = several.iter().map(|r| r.as_str()).collect();
+                self.err(
+                    source,
+                    "service",
+                    format!(
+                        "release channel '{}' offers several runtimes ({}); set 'runtime' on the service or per release channel",
+                        channel.name,
+                        offered.join(", ")
+                    ),
+                );
+                return None;
+            }
+        };
+        // The runtime itself had errors, already reported.
+        let runtime = runtimes.get(&runtime_name)?;
+        self.runtime_constants(&runtime_name, channel);
+
+        let mut values = BTreeMap::new();
+        let service_values = doc.custom.iter().flat_map(|c| {
+            c.parameter_values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("service.custom.parameterValues[{i}]"), v))
+        });
+        let channel_values = per.into_iter().flat_map(|(i, p)| {
+            p.custom.iter().flat_map(move |c| {
+                c.parameter_values.iter().enumerate().map(move |(j, v)| {
+                    (
+                        format!("service.perReleaseChannel[{i}].custom.parameterValues[{j}]"),
+                        v,
+                    )
+                })
+            })
+        });
+        let mut seen_paths: BTreeMap<String, String> = BTreeMap::new();
+        for (path, value) in service_values.chain(channel_values) {
+            if let Some(earlier) = seen_paths.get(&value.name)
+                && earlier.starts_with("service.custom") == path.starts_with("service.custom")
+            {
+                self.err(
+                    source,
+                    format!("{path}.name"),
+                    format!("parameter '{}' is given twice", value.name),
+                );
+            }
+            seen_paths.insert(value.name.clone(), path.clone());
+            if let Some(checked) =
+                self.parameter_value(source, &path, value, runtime, channel, service_params)
+            {
+                values.insert(value.name.clone(), checked);
+            }
+        }
+        for param in &runtime.params {
+            if param.required && !values.contains_key(&param.name) {
+                let path = if doc.custom.is_some() {
+                    "service.custom.parameterValues"
+                } else {
+                    "service"
+                };
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "missing required parameter '{}' of runtime {} (release channel {}); add `- {{name: {}, {}: …}}` to custom.parameterValues",
+                        param.name,
+                        runtime.name,
+                        channel.name,
+                        param.name,
+                        param.kind.name()
+                    ),
+                );
+            }
+        }
+        let mut env = BTreeMap::new();
+        let env_sources = doc
+            .env
+            .iter()
+            .map(|(k, v)| (format!("service.env.{k}"), k, v))
+            .chain(per.into_iter().flat_map(|(i, p)| {
+                p.env
+                    .iter()
+                    .map(move |(k, v)| (format!("service.perReleaseChannel[{i}].env.{k}"), k, v))
+            }));
+        for (path, name, raw) in env_sources {
+            if let Err(e) = check_env_name(name) {
+                self.err(source, path.clone(), e);
+            }
+            if let Some(t) = self.service_template(source, &path, raw, channel, service_params) {
+                env.insert(name.clone(), t);
+            }
+        }
+        Some(ServiceChannel {
+            runtime: runtime_name,
+            values,
+            env,
+        })
+    }
+
+    /// Reports the constants a runtime's templates use that `channel` lacks.
+    fn runtime_constants(&mut self, runtime: &RuntimeName, channel: &ReleaseChannel) {
+        let Some(uses) = self.runtime_sources.get(runtime) else {
+            return;
+        };
+        let missing: Vec<ConfigError> = uses
+            .constant_uses
+            .iter()
+            .filter(|(_, name)| !channel.constants.contains_key(name))
+            .map(|(path, name)| {
+                uses.source.error(
+                    path.clone(),
+                    format!("constant '{name}' is not defined in release channel '{}' (which uses runtime {runtime})", channel.name),
+                )
+            })
+            .collect();
+        self.errors.extend(missing);
+    }
+
+    fn parameter_value(
+        &mut self,
+        source: &Source,
+        path: &str,
+        value: &ParameterValueDoc,
+        runtime: &Runtime,
+        channel: &ReleaseChannel,
+        service_params: &[ParamDecl],
+    ) -> Option<ValueTemplate> {
+        let Some(decl) = runtime.param(&value.name) else {
+            let declared: Vec<&str> = runtime.params.iter().map(|p| p.name.as_str()).collect();
+            let hint = suggest(&value.name, declared.iter().copied())
+                .map(|s| format!("did you mean '{s}'? "))
+                .unwrap_or_default();
+            self.err(
+                source,
+                format!("{path}.name"),
+                format!(
+                    "unknown parameter '{}' for runtime {}; {hint}it declares: {}",
+                    value.name,
+                    runtime.name,
+                    if declared.is_empty() {
+                        "no parameters".to_owned()
+                    } else {
+                        declared.join(", ")
+                    }
+                ),
+            );
+            return None;
+        };
+        let given: Vec<(ParamKind, Option<&String>)> = [
+            value.string.as_ref().map(|v| (ParamKind::String, Some(v))),
+            value.int.as_ref().map(|v| (ParamKind::Int, Some(v))),
+            value
+                .docker_image
+                .as_ref()
+                .map(|v| (ParamKind::DockerImage, Some(v))),
+            value.secret.as_ref().map(|_| (ParamKind::Secret, None)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let (kind, raw) = match given.as_slice() {
+            [one] => *one,
+            [] => {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "give parameter '{}' a value: `{}: …`",
+                        value.name,
+                        decl.kind.name()
+                    ),
+                );
+                return None;
+            }
+            _ => {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "parameter '{}' has more than one value; keep one",
+                        value.name
+                    ),
+                );
+                return None;
+            }
+        };
+        if kind != decl.kind {
+            self.err(
+                source,
+                format!("{path}.{}", kind.name()),
+                format!(
+                    "parameter '{}' of runtime {} is declared {}; write `{}: …`",
+                    value.name,
+                    runtime.name,
+                    decl.kind.name(),
+                    decl.kind.name()
+                ),
+            );
+            return None;
+        }
+        let value_path = format!("{path}.{}", kind.name());
+        match (kind, raw) {
+            (ParamKind::Secret, _) => {
+                value
+                    .secret
+                    .as_ref()
+                    .and_then(|s| match check_env_name(&s.from_env) {
+                        Ok(()) => Some(ValueTemplate::Secret(SecretRef::FromEnv(
+                            s.from_env.clone(),
+                        ))),
+                        Err(e) => {
+                            self.err(source, format!("{value_path}.fromEnv"), e);
+                            None
+                        }
+                    })
+            }
+            (_, Some(raw)) => {
+                let template =
+                    self.service_template(source, &value_path, raw, channel, service_params)?;
+                if template.references().next().is_none() {
+                    let checked = match kind {
+                        ParamKind::Int => raw
+                            .parse::<i64>()
+                            .map(|_| ())
+                            .map_err(|_| format!("{raw:?} is not an integer")),
+                        ParamKind::DockerImage => check_docker_image(raw),
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = checked {
+                        self.err(source, value_path, e);
+                        return None;
+                    }
+                }
+                Some(ValueTemplate::Text(template))
+            }
+            (_, None) => None,
+        }
+    }
+
+    /// Parses a template written in a service (parameter values, env), whose
+    /// `.Params` are the service's own release parameters.
+    fn service_template(
+        &mut self,
+        source: &Source,
+        path: &str,
+        raw: &str,
+        channel: &ReleaseChannel,
+        service_params: &[ParamDecl],
+    ) -> Option<Template> {
+        let template = match Template::parse(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                self.err(source, path, e);
+                return None;
+            }
+        };
+        let mut ok = true;
+        for reference in template.references() {
+            match reference {
+                Reference::Param(name) if !service_params.iter().any(|p| &p.name == name) => {
+                    let message =
+                        unknown_param_message(name, reference, "this service", service_params);
+                    self.err(source, path, message);
+                    ok = false;
+                }
+                Reference::Constant(name) if !channel.constants.contains_key(name) => {
+                    self.err(
+                        source,
+                        path,
+                        format!(
+                            "constant '{name}' is not defined in release channel '{}'",
+                            channel.name
+                        ),
+                    );
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        ok.then_some(template)
+    }
+}
+
+struct JobInput<'i> {
+    path: &'i str,
+    task: &'i TaskConfigDoc,
+    runner: Option<&'i RunnerDoc>,
+    dir: &'i str,
+    timeout: SignedDuration,
+    outputs: &'i [String],
+    params: &'i [ParamDecl],
+    owner: &'i str,
+}
+
+fn runner_spec(doc: Option<&RunnerDoc>) -> RunnerSpec {
+    match doc {
+        None | Some(RunnerDoc::Local {}) => RunnerSpec::Local,
+        Some(RunnerDoc::Kubernetes { agent, namespace }) => RunnerSpec::Kubernetes {
+            agent: agent.clone(),
+            namespace: namespace.clone(),
+        },
+        Some(RunnerDoc::Ecs {
+            cluster,
+            subnets,
+            security_groups,
+            assign_public_ip,
+        }) => RunnerSpec::Ecs {
+            cluster: cluster.clone(),
+            subnets: subnets.clone(),
+            security_groups: security_groups.clone(),
+            assign_public_ip: assign_public_ip.unwrap_or(false),
+        },
+        Some(RunnerDoc::CloudRun { project, region }) => RunnerSpec::CloudRun {
+            project: project.clone(),
+            region: region.clone(),
+        },
+    }
+}
+
+fn unknown_param_message(
+    name: &str,
+    reference: &Reference,
+    owner: &str,
+    params: &[ParamDecl],
+) -> String {
+    let declared: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+    let hint = suggest(name, declared.iter().copied())
+        .map(|s| format!("did you mean '{s}'? "))
+        .unwrap_or_default();
+    format!(
+        "unknown parameter '{name}' in {reference}; {hint}{owner} declares {}",
+        if declared.is_empty() {
+            "no parameters".to_owned()
+        } else {
+            declared.join(", ")
+        }
+    )
+}
+
+fn unknown_name_message<'n>(
+    what: &str,
+    name: &str,
+    known: impl Iterator<Item = &'n str>,
+) -> String {
+    let known: Vec<&str> = known.collect();
+    let hint = suggest(name, known.iter().copied())
+        .map(|s| format!("; did you mean '{s}'?"))
+        .unwrap_or_default();
+    if known.is_empty() {
+        format!("unknown {what} '{name}': none is defined")
+    } else {
+        format!(
+            "unknown {what} '{name}'{hint} (defined: {})",
+            known.join(", ")
+        )
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!("{name:?} is not a valid environment variable name"));
+    }
+    if let Some(prefix) = RESERVED_ENV_PREFIXES.iter().find(|p| name.starts_with(**p)) {
+        return Err(format!(
+            "environment variables starting with {prefix} are set by Vergence"
+        ));
+    }
+    Ok(())
+}
+
+/// A loose check that catches typos (spaces, empty values), not a full
+/// reference grammar: registries differ too much for more.
+pub fn check_docker_image(image: &str) -> Result<(), String> {
+    if image.is_empty() || image.chars().any(char::is_whitespace) {
+        return Err(format!("{image:?} is not a container image reference"));
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! Loading the user's config: a directory of YAML files becomes a content
+//! hashed [`ConfigBundle`], and each document in it a typed
+//! [`ParsedDocument`] with positions for error messages.
+
+pub mod schema;
+pub mod yaml;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use schema::DocumentBody;
+use vergence_model::{ConfigBundle, ConfigError, Error, Result, Source};
+
+/// Config files larger than this are refused; they are almost certainly not
+/// hand-written config.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads every `*.yaml` / `*.yml` file under `dir` into a bundle, skipping
+/// hidden directories (such as `.vergence`, where local state lives).
+pub fn read_dir(dir: &Path) -> Result<ConfigBundle> {
+    let root = dir.canonicalize().map_err(|source| Error::ReadConfig {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut files = BTreeMap::new();
+    collect_yaml(&root, &root, &mut files)?;
+    if files.is_empty() {
+        return Err(Error::invalid(
+            "config",
+            format!("no *.yaml files found in {}", dir.display()),
+        ));
+    }
+    Ok(ConfigBundle {
+        files,
+        root: Some(root.display().to_string()),
+    })
+}
+
+fn collect_yaml(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -> Result<()> {
+    let read_error = |path: &Path, source| Error::ReadConfig {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| read_error(dir, e))?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| read_error(dir, e))?;
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with('.') {
+            continue;
+        }
+        let meta = std::fs::metadata(&path).map_err(|e| read_error(&path, e))?;
+        if meta.is_dir() {
+            collect_yaml(root, &path, files)?;
+        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+            if meta.len() > MAX_FILE_BYTES {
+                return Err(Error::invalid(
+                    path.display().to_string(),
+                    format!("config files are limited to {MAX_FILE_BYTES} bytes"),
+                ));
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| read_error(&path, e))?;
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            files.insert(relative, text);
+        }
+    }
+    Ok(())
+}
+
+/// One document of the config, typed, with where it came from.
+#[derive(Debug)]
+pub struct ParsedDocument {
+    pub source: Source,
+    pub body: DocumentBody,
+    /// Directory of the file, relative to the config root ("" at the root);
+    /// jobs of runtimes defined here run in it.
+    pub dir: String,
+}
+
+/// Parses every document of the bundle, collecting all errors.
+pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigError>) {
+    let mut documents = Vec::new();
+    let mut errors = Vec::new();
+    for (file, text) in &bundle.files {
+        let dir = Path::new(file)
+            .parent()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parsed = match yaml::parse_documents(text) {
+            Ok(parsed) => parsed,
+            Err((line, message)) => {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: Some(line),
+                    path: String::new(),
+                    message: format!("invalid YAML: {message}"),
+                });
+                continue;
+            }
+        };
+        for document in &parsed {
+            let collector = yaml::Collector::default();
+            let result = yaml::from_document::<DocumentBody>(document, &collector);
+            let (unknown, positions) = collector.into_parts(file);
+            errors.extend(unknown);
+            match result {
+                Ok(body) => documents.push(ParsedDocument {
+                    source: Source {
+                        file: file.clone(),
+                        line: document.line,
+                        positions,
+                    },
+                    body,
+                    dir: dir.clone(),
+                }),
+                Err(e) => errors.push(ConfigError {
+                    file: file.clone(),
+                    line: e.line.or(Some(document.line)),
+                    path: e.path.unwrap_or_default(),
+                    message: document_error_message(&e.message),
+                }),
+            }
+        }
+    }
+    (documents, errors)
+}
+
+/// The enum error for a top-level document reads better with the kinds spelled out.
+fn document_error_message(message: &str) -> String {
+    if message.starts_with("expected exactly one of: application, runtime") {
+        format!(
+            "a document has exactly one top-level key (application, runtime, service or protection); {}",
+            message.split("; ").nth(1).unwrap_or(message)
+        )
+    } else {
+        message.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(files: &[(&str, &str)]) -> ConfigBundle {
+        ConfigBundle::from_files(
+            files
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn parses_every_kind_and_remembers_directories() {
+        let b = bundle(&[
+            (
+                "app.yaml",
+                "application:\n  name: shop\n  releaseChannels: [{name: staging}]\n",
+            ),
+            (
+                "runtimes/rt.yaml",
+                "runtime:\n  name: rt\n  apply: {taskConfig: {program: {cmd: [./x]}}}\n---\nservice:\n  name: web\n",
+            ),
+        ]);
+        let (docs, errors) = parse_bundle(&b);
+        assert!(errors.is_empty(), "{errors:?}");
+        let kinds: Vec<(&str, &str, &str)> = docs
+            .iter()
+            .map(|d| (d.body.kind(), d.body.name(), d.dir.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("application", "shop", ""),
+                ("runtime", "rt", "runtimes"),
+                ("service", "web", "runtimes")
+            ]
+        );
+    }
+
+    #[test]
+    fn reports_errors_from_all_files_and_documents() {
+        let b = bundle(&[
+            ("a.yaml", "service:\n  name: web\n  drift: x\n"),
+            (
+                "b.yaml",
+                "servce:\n  name: api\n---\nservice: {name: Bad}\n",
+            ),
+            ("c.yaml", "a: [\n"),
+        ]);
+        let (_, errors) = parse_bundle(&b);
+        let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(rendered.len(), 4, "{rendered:#?}");
+        assert!(rendered[0].starts_with("a.yaml:3: service.drift: unknown key 'drift'"));
+        assert!(rendered[1].contains("b.yaml:1"), "{}", rendered[1]);
+        assert!(
+            rendered[1].contains("did you mean 'service'"),
+            "{}",
+            rendered[1]
+        );
+        assert!(
+            rendered[2].starts_with("b.yaml:4: service.name: name \"Bad\""),
+            "{}",
+            rendered[2]
+        );
+        assert!(rendered[3].starts_with("c.yaml:"), "{}", rendered[3]);
+    }
+
+    #[test]
+    fn two_kinds_in_one_document_is_an_error() {
+        let b = bundle(&[("a.yaml", "service: {name: a}\nruntime: {name: b}\n")]);
+        let (_, errors) = parse_bundle(&b);
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].message.contains("exactly one top-level key"),
+            "{}",
+            errors[0].message
+        );
+    }
+}

@@ -1,0 +1,454 @@
+//! The configuration users write, as typed documents (see docs/config.md).
+//!
+//! These types mirror the YAML one to one; checking references between
+//! documents and resolving templates is the compiler's job.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use jiff::SignedDuration;
+use serde::{Deserialize, Deserializer};
+
+use vergence_model::{
+    ApplicationName, ProtectionName, ReleaseChannelName, RuntimeName, ServiceName,
+};
+
+/// A document: exactly one top-level kind.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DocumentBody {
+    Application(Box<ApplicationDoc>),
+    Runtime(Box<RuntimeDoc>),
+    Service(Box<ServiceDoc>),
+    Protection(Box<ProtectionDoc>),
+}
+
+impl DocumentBody {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DocumentBody::Application(_) => "application",
+            DocumentBody::Runtime(_) => "runtime",
+            DocumentBody::Service(_) => "service",
+            DocumentBody::Protection(_) => "protection",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            DocumentBody::Application(d) => d.name.as_str(),
+            DocumentBody::Runtime(d) => d.name.as_str(),
+            DocumentBody::Service(d) => d.name.as_str(),
+            DocumentBody::Protection(d) => d.name.as_str(),
+        }
+    }
+}
+
+/// A positive duration written like `30s`, `10m`, `1h30m`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DurationDoc(pub SignedDuration);
+
+impl fmt::Debug for DurationDoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationDoc {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        parse_duration(&raw)
+            .map(DurationDoc)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Parses a positive duration such as `30s`, `10m`, `1h30m` or `500ms`.
+pub fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
+    let parsed: SignedDuration = raw.trim().parse().map_err(|_| {
+        format!("invalid duration {raw:?}: write a number and a unit, like 30s, 10m or 1h30m")
+    })?;
+    if parsed.is_negative() || parsed.is_zero() {
+        return Err(format!("duration {raw:?} must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeDoc {
+    pub name: RuntimeName,
+    pub description: Option<String>,
+    pub runner: Option<RunnerDoc>,
+    pub apply: Option<ApplyDoc>,
+    pub fetch: Option<FetchDoc>,
+    pub get_info: Option<GetInfoDoc>,
+    pub convergence_grace_period: Option<DurationDoc>,
+    pub require_approval_before_apply: Option<bool>,
+    #[serde(default)]
+    pub parameters: Vec<ParameterDoc>,
+    /// First-class runtimes: recognised so the error can say they are not
+    /// available yet instead of calling them unknown keys.
+    pub ecs: Option<FirstClassDoc>,
+    pub cloud_run: Option<FirstClassDoc>,
+    pub kubernetes: Option<FirstClassDoc>,
+    pub terraform: Option<FirstClassDoc>,
+}
+
+/// The settings of a first-class runtime block (kept loose on purpose: it is
+/// only parsed to be rejected with a clear message).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FirstClassDoc {
+    pub cluster: Option<String>,
+    pub region: Option<String>,
+    pub project: Option<String>,
+    pub agent: Option<String>,
+    pub path: Option<String>,
+    pub backend_config: Option<BTreeMap<String, String>>,
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RunnerDoc {
+    Local {},
+    Kubernetes {
+        agent: String,
+        namespace: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Ecs {
+        cluster: String,
+        #[serde(default)]
+        subnets: Vec<String>,
+        #[serde(default)]
+        security_groups: Vec<String>,
+        assign_public_ip: Option<bool>,
+    },
+    CloudRun {
+        project: String,
+        region: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskConfigDoc {
+    pub program: ProgramDoc,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgramDoc {
+    pub image: Option<String>,
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyDoc {
+    pub task_config: TaskConfigDoc,
+    #[serde(default)]
+    pub retryable_exit_codes: Vec<i32>,
+    pub retry_policy: Option<RetryPolicyDoc>,
+    pub timeout: Option<DurationDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicyDoc {
+    pub base_interval: Option<DurationDoc>,
+    pub max_interval: Option<DurationDoc>,
+    pub max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FetchModeDoc {
+    ExitCode,
+    Structured,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchDoc {
+    pub task_config: TaskConfigDoc,
+    pub mode: Option<FetchModeDoc>,
+    pub poll_interval: Option<DurationDoc>,
+    pub steady_state_poll_interval: Option<DurationDoc>,
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    pub timeout: Option<DurationDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GetInfoDoc {
+    pub task_config: TaskConfigDoc,
+    pub poll_interval: Option<DurationDoc>,
+    pub timeout: Option<DurationDoc>,
+}
+
+/// A declared parameter: a name and exactly one type block.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParameterDoc {
+    pub name: String,
+    pub description: Option<String>,
+    pub required: Option<bool>,
+    pub string: Option<StringParamDoc>,
+    pub int: Option<IntParamDoc>,
+    pub docker_image: Option<StringParamDoc>,
+    pub secret: Option<SecretParamDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StringParamDoc {
+    pub default_value: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntParamDoc {
+    pub default_value: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretParamDoc {}
+
+/// A parameter value: a name and exactly one typed value.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParameterValueDoc {
+    pub name: String,
+    pub string: Option<String>,
+    /// Text so a template such as `{{.Params.replicas}}` can supply it.
+    pub int: Option<String>,
+    pub docker_image: Option<String>,
+    pub secret: Option<SecretValueDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretValueDoc {
+    /// Read from this environment variable of the runner when the job starts.
+    pub from_env: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationDoc {
+    pub name: ApplicationName,
+    pub description: Option<String>,
+    pub release_channels: Vec<ReleaseChannelDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseChannelDoc {
+    pub name: ReleaseChannelName,
+    #[serde(default)]
+    pub runtimes: Vec<RuntimeRefDoc>,
+    #[serde(default)]
+    pub constants: Vec<ConstantDoc>,
+    #[serde(default)]
+    pub preconditions: Vec<PreconditionDoc>,
+    /// When applies may run; none = any time.
+    #[serde(default)]
+    pub allowed_times: Vec<TimeWindowDoc>,
+    /// Freezes: when applies may not run, even inside an allowed window.
+    #[serde(default)]
+    pub denied_times: Vec<DenyWindowDoc>,
+    #[serde(default)]
+    pub protections: Vec<ProtectionAttachmentDoc>,
+}
+
+/// `{days: mon-fri, hours: 9-17, timezone: Europe/Berlin}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeWindowDoc {
+    pub days: Option<String>,
+    pub hours: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// A one-off freeze `{name, start, end}` (RFC 3339 instants) or a
+/// recurring one `{name, days, hours, timezone}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DenyWindowDoc {
+    pub name: Option<String>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    pub days: Option<String>,
+    pub hours: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// A protection attached to a release channel or a service.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionAttachmentDoc {
+    #[serde(rename = "ref")]
+    pub reference: ProtectionRefDoc,
+    pub lifecycle: Vec<LifecycleDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionRefDoc {
+    pub name: ProtectionName,
+    /// Values for the protection's parameters.
+    #[serde(default)]
+    pub parameters: Vec<ParameterValueDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LifecycleDoc {
+    PreApproval(EmptyDoc),
+    Deployment(DeploymentLifecycleDoc),
+    PostDeployment(PostDeploymentLifecycleDoc),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyDoc {}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentLifecycleDoc {
+    pub failure_behavior: Option<FailureBehaviorDoc>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub enum FailureBehaviorDoc {
+    #[serde(rename = "BLOCK", alias = "block")]
+    Block,
+    #[serde(rename = "FAIL", alias = "fail")]
+    Fail,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostDeploymentLifecycleDoc {
+    pub delay_check_duration: Option<DurationDoc>,
+    pub check_duration: Option<DurationDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeRefDoc {
+    pub runtime: RuntimeName,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConstantDoc {
+    pub name: String,
+    pub string: Option<ConstantValueDoc>,
+    pub int: Option<ConstantValueDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConstantValueDoc {
+    pub value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PreconditionDoc {
+    ReleaseChannelStable(ReleaseChannelStableDoc),
+    ManualApproval(ManualApprovalDoc),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseChannelStableDoc {
+    pub release_channel: ReleaseChannelName,
+    pub duration: Option<DurationDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManualApprovalDoc {
+    pub name: String,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceDoc {
+    pub name: ServiceName,
+    pub application: Option<ApplicationName>,
+    pub description: Option<String>,
+    /// Which of the release channel's runtimes to use, when it has several.
+    pub runtime: Option<RuntimeName>,
+    pub custom: Option<CustomDoc>,
+    /// Parameters set per release (by CI).
+    #[serde(default)]
+    pub parameters: Vec<ParameterDoc>,
+    #[serde(default)]
+    pub per_release_channel: Vec<PerReleaseChannelDoc>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub drift_policy: Option<DriftPolicyDoc>,
+    /// Protections for this service in every release channel.
+    #[serde(default)]
+    pub protections: Vec<ProtectionAttachmentDoc>,
+    pub auto_rollback: Option<AutoRollbackDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoRollbackDoc {
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomDoc {
+    #[serde(default)]
+    pub parameter_values: Vec<ParameterValueDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PerReleaseChannelDoc {
+    pub release_channel: ReleaseChannelName,
+    pub runtime: Option<RuntimeName>,
+    pub custom: Option<CustomDoc>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DriftPolicyDoc {
+    Remediate,
+    DetectOnly,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionDoc {
+    pub name: ProtectionName,
+    pub description: Option<String>,
+    pub runner: Option<RunnerDoc>,
+    /// The check to run (exit 0 = pass); or `alert` instead.
+    pub task_config: Option<TaskConfigDoc>,
+    /// An alert set from outside (`vergence alert set NAME firing`); the
+    /// protection passes while it is not firing.
+    pub alert: Option<String>,
+    pub poll_interval: Option<DurationDoc>,
+    pub timeout: Option<DurationDoc>,
+    #[serde(default)]
+    pub parameters: Vec<ParameterDoc>,
+}

@@ -1,0 +1,945 @@
+//! Reads YAML documents (parsed by `saphyr`, with positions) into the typed
+//! config schema through serde.
+//!
+//! A serde deserializer of our own sits between the parsed tree and the
+//! schema because serde's stock behaviour does not fit the contract:
+//! unknown keys must all be reported (with the nearest valid key) instead of
+//! stopping at the first, `snake_case` keys are accepted beside `camelCase`,
+//! scalars are typed by the field that receives them (so `version: 1.10`
+//! stays "1.10"), and every error carries a field path and a line.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::fmt;
+
+use saphyr::{MarkedYamlOwned, ScalarStyle, YamlDataOwned, YamlLoader};
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+
+use vergence_model::diagnostics::suggest;
+use vergence_model::{ConfigError, Positions};
+
+/// One YAML document of a file.
+#[derive(Debug)]
+pub struct YamlDocument {
+    pub node: MarkedYamlOwned,
+    /// 1-based line where the document starts.
+    pub line: usize,
+}
+
+/// Splits a file into its documents. Empty documents (a trailing `---`) are
+/// dropped. A syntax error is reported with its line.
+pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, (usize, String)> {
+    let mut loader: YamlLoader<MarkedYamlOwned> = YamlLoader::default();
+    // Scalars stay as written; the schema decides their type.
+    loader.early_parse(false);
+    let protected = protect_templates(text);
+    let mut parser = saphyr_parser::Parser::new_from_str(&protected);
+    let loaded = parser.load(&mut loader, true);
+    let scan_error = loaded.err().or_else(|| loader.error().cloned());
+    if let Some(error) = scan_error {
+        return Err((error.marker().line(), error.info().to_owned()));
+    }
+    Ok(loader
+        .into_documents()
+        .into_iter()
+        .filter(|node| !is_null(node) && !matches!(node.data, YamlDataOwned::BadValue))
+        .map(|node| YamlDocument {
+            line: node.span.start.line(),
+            node,
+        })
+        .collect())
+}
+
+/// Stand-ins for the braces of `{{.Params.x}}`-style templates while parsing.
+const OPEN: char = '\u{E000}';
+const CLOSE: char = '\u{E001}';
+
+/// Hides the braces of template expressions from the YAML parser.
+///
+/// The config contract writes templates unquoted inside flow sequences
+/// (`cmd: [./do-apply, --service={{.Params.service}}]`), where strict YAML
+/// reads `{` as the start of a mapping. A `{{` followed by `.` and closed by
+/// `}}` on the same line is never valid YAML structure, so it is safe to
+/// swap those braces for private-use characters (one for one, keeping
+/// columns) and swap them back in every scalar read.
+fn protect_templates(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find("{{") {
+            let after = &rest[start + 2..];
+            let is_template = after.trim_start().starts_with('.');
+            match after.find("}}") {
+                Some(end) if is_template => {
+                    out.push_str(&rest[..start]);
+                    out.extend([OPEN, OPEN]);
+                    out.push_str(&after[..end]);
+                    out.extend([CLOSE, CLOSE]);
+                    rest = &after[end + 2..];
+                }
+                _ => {
+                    out.push_str(&rest[..start + 2]);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
+fn restore_templates(raw: &str) -> Cow<'_, str> {
+    if raw.contains([OPEN, CLOSE]) {
+        Cow::Owned(raw.replace(OPEN, "{").replace(CLOSE, "}"))
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+/// Errors and positions gathered while reading one document.
+#[derive(Debug, Default)]
+pub struct Collector {
+    pub unknown_keys: RefCell<Vec<(String, usize, String)>>,
+    pub positions: RefCell<Positions>,
+}
+
+impl Collector {
+    /// Turns what was gathered into config errors for `file`.
+    pub fn into_parts(self, file: &str) -> (Vec<ConfigError>, Positions) {
+        let mut unknown = self.unknown_keys.into_inner();
+        unknown.sort_by_key(|(_, line, _)| *line);
+        let errors = unknown
+            .into_iter()
+            .map(|(path, line, message)| ConfigError {
+                file: file.to_owned(),
+                line: Some(line),
+                path,
+                message,
+            })
+            .collect();
+        (errors, self.positions.into_inner())
+    }
+}
+
+/// Deserializes `T` from a document; unknown keys and positions go to the
+/// collector, the first hard error (wrong type, missing key) is returned.
+pub fn from_document<'de, T: de::Deserialize<'de>>(
+    document: &YamlDocument,
+    collector: &Collector,
+) -> Result<T, DeError> {
+    let de = NodeDeserializer {
+        node: &document.node,
+        path: String::new(),
+        collector,
+    };
+    T::deserialize(de).map_err(|e: DeError| e.locate("", document.line))
+}
+
+/// A hard error while reading a document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeError {
+    pub message: String,
+    pub path: Option<String>,
+    pub line: Option<usize>,
+}
+
+impl DeError {
+    /// Attaches a location if the error does not have one yet: the innermost
+    /// node that sees an error is the one it is about.
+    fn locate(mut self, path: &str, line: usize) -> Self {
+        if self.path.is_none() {
+            self.path = Some(path.to_owned());
+            self.line = Some(line);
+        }
+        self
+    }
+
+    fn at(path: &str, line: usize, message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            path: Some(path.to_owned()),
+            line: Some(line),
+        }
+    }
+}
+
+impl fmt::Display for DeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DeError {}
+
+impl de::Error for DeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Self {
+            message: msg.to_string(),
+            path: None,
+            line: None,
+        }
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        Self::custom(format!("missing required key '{field}'"))
+    }
+
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Self::custom(format!(
+            "expected {exp}, found {}",
+            describe_unexpected(unexp)
+        ))
+    }
+
+    fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
+        Self::custom(format!(
+            "unknown value '{variant}'; expected one of: {}",
+            expected.join(", ")
+        ))
+    }
+}
+
+fn describe_unexpected(unexp: de::Unexpected<'_>) -> String {
+    match unexp {
+        de::Unexpected::Str(s) => format!("the text {s:?}"),
+        de::Unexpected::Map => "a mapping".to_owned(),
+        de::Unexpected::Seq => "a list".to_owned(),
+        de::Unexpected::Unit => "nothing".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Converts `snake_case` to `camelCase`; keys written either way are accepted.
+pub fn snake_to_camel(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn is_null(node: &MarkedYamlOwned) -> bool {
+    match &node.data {
+        YamlDataOwned::Representation(raw, ScalarStyle::Plain, _) => {
+            matches!(raw.as_str(), "" | "~" | "null" | "Null" | "NULL")
+        }
+        YamlDataOwned::Tagged(_, inner) => is_null(inner),
+        _ => false,
+    }
+}
+
+/// A scalar as written, with whether it was plain (unquoted).
+fn scalar(node: &MarkedYamlOwned) -> Option<(Cow<'_, str>, bool)> {
+    match &node.data {
+        YamlDataOwned::Representation(raw, style, _) => {
+            Some((restore_templates(raw), *style == ScalarStyle::Plain))
+        }
+        YamlDataOwned::Tagged(_, inner) => scalar(inner),
+        _ => None,
+    }
+}
+
+fn strip_tags(node: &MarkedYamlOwned) -> &MarkedYamlOwned {
+    match &node.data {
+        YamlDataOwned::Tagged(_, inner) => strip_tags(inner),
+        _ => node,
+    }
+}
+
+fn line_of(node: &MarkedYamlOwned) -> usize {
+    node.span.start.line()
+}
+
+fn child_path(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+fn parse_bool(raw: &str) -> Option<bool> {
+    match raw {
+        "true" | "True" | "TRUE" => Some(true),
+        "false" | "False" | "FALSE" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_int(raw: &str) -> Option<i64> {
+    let cleaned = raw.strip_prefix('+').unwrap_or(raw);
+    if let Some(hex) = cleaned.strip_prefix("0x") {
+        return i64::from_str_radix(hex, 16).ok();
+    }
+    if let Some(oct) = cleaned.strip_prefix("0o") {
+        return i64::from_str_radix(oct, 8).ok();
+    }
+    cleaned.parse().ok()
+}
+
+struct NodeDeserializer<'a> {
+    node: &'a MarkedYamlOwned,
+    path: String,
+    collector: &'a Collector,
+}
+
+impl<'a> NodeDeserializer<'a> {
+    /// A deserializer for a child node; `line` is where the child is written
+    /// (its key's line for mapping entries), recorded for later errors.
+    fn child(&self, node: &'a MarkedYamlOwned, path: String, line: usize) -> NodeDeserializer<'a> {
+        self.collector.positions.borrow_mut().record(&path, line);
+        NodeDeserializer {
+            node,
+            path,
+            collector: self.collector,
+        }
+    }
+
+    fn line(&self) -> usize {
+        line_of(self.node)
+    }
+
+    fn fail(&self, message: impl Into<String>) -> DeError {
+        DeError::at(&self.path, self.line(), message)
+    }
+
+    fn kind(&self) -> String {
+        let node = strip_tags(self.node);
+        match &node.data {
+            YamlDataOwned::Mapping(_) => "a mapping".to_owned(),
+            YamlDataOwned::Sequence(_) => "a list".to_owned(),
+            _ if is_null(node) => "nothing".to_owned(),
+            _ => match scalar(node) {
+                Some((raw, _)) => format!("{raw:?}"),
+                None => "an unreadable value".to_owned(),
+            },
+        }
+    }
+
+    fn expect_scalar(&self, what: &str) -> Result<(Cow<'a, str>, bool), DeError> {
+        if is_null(self.node) {
+            return Err(self.fail(format!("expected {what}, found nothing")));
+        }
+        scalar(self.node)
+            .ok_or_else(|| self.fail(format!("expected {what}, found {}", self.kind())))
+    }
+
+    fn integer(&self) -> Result<i64, DeError> {
+        let (raw, _) = self.expect_scalar("an integer")?;
+        parse_int(&raw).ok_or_else(|| self.fail(format!("expected an integer, found {raw:?}")))
+    }
+
+    fn mapping(
+        &self,
+    ) -> Result<Option<&'a saphyr::AnnotatedMappingOwned<MarkedYamlOwned>>, DeError> {
+        let node = strip_tags(self.node);
+        match &node.data {
+            YamlDataOwned::Mapping(map) => Ok(Some(map)),
+            _ if is_null(node) => Ok(None),
+            _ => Err(self.fail(format!("expected a mapping, found {}", self.kind()))),
+        }
+    }
+
+    fn key_text(&self, key: &'a MarkedYamlOwned) -> Result<Cow<'a, str>, DeError> {
+        scalar(key)
+            .map(|(raw, _)| raw)
+            .ok_or_else(|| DeError::at(&self.path, line_of(key), "mapping keys must be plain text"))
+    }
+}
+
+macro_rules! deserialize_integer {
+    ($($method:ident => $visit:ident: $ty:ty),* $(,)?) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+                let value = self.integer()?;
+                let narrowed = <$ty>::try_from(value).map_err(|_| {
+                    self.fail(format!("{value} is out of range for this field"))
+                })?;
+                visitor.$visit(narrowed).map_err(|e: DeError| e.locate(&self.path, self.line()))
+            }
+        )*
+    };
+}
+
+impl<'de, 'a> de::Deserializer<'de> for NodeDeserializer<'a> {
+    type Error = DeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let node = strip_tags(self.node);
+        let result = match &node.data {
+            YamlDataOwned::Mapping(_) => return self.deserialize_map(visitor),
+            YamlDataOwned::Sequence(_) => return self.deserialize_seq(visitor),
+            _ if is_null(node) => visitor.visit_unit(),
+            _ => match scalar(node) {
+                Some((raw, true)) => {
+                    if let Some(b) = parse_bool(&raw) {
+                        visitor.visit_bool(b)
+                    } else if let Some(i) = parse_int(&raw) {
+                        visitor.visit_i64(i)
+                    } else if let Ok(f) = raw.parse::<f64>() {
+                        visitor.visit_f64(f)
+                    } else {
+                        visitor.visit_str(&raw)
+                    }
+                }
+                Some((raw, false)) => visitor.visit_str(&raw),
+                None => return Err(self.fail("this value cannot be read")),
+            },
+        };
+        result.map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let (raw, _) = self.expect_scalar("true or false")?;
+        let value = parse_bool(&raw)
+            .ok_or_else(|| self.fail(format!("expected true or false, found {raw:?}")))?;
+        visitor
+            .visit_bool(value)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    deserialize_integer! {
+        deserialize_i8 => visit_i8: i8,
+        deserialize_i16 => visit_i16: i16,
+        deserialize_i32 => visit_i32: i32,
+        deserialize_i64 => visit_i64: i64,
+        deserialize_u8 => visit_u8: u8,
+        deserialize_u16 => visit_u16: u16,
+        deserialize_u32 => visit_u32: u32,
+        deserialize_u64 => visit_u64: u64,
+    }
+
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_f64(visitor)
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let (raw, _) = self.expect_scalar("a number")?;
+        let value: f64 = raw
+            .parse()
+            .map_err(|_| self.fail(format!("expected a number, found {raw:?}")))?;
+        visitor
+            .visit_f64(value)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let (raw, _) = self.expect_scalar("text")?;
+        visitor
+            .visit_str(&raw)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, DeError> {
+        Err(self.fail("binary values are not supported"))
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_bytes(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        if is_null(self.node) {
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        if is_null(self.node) {
+            visitor.visit_unit()
+        } else {
+            Err(self.fail(format!("expected nothing, found {}", self.kind())))
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let node = strip_tags(self.node);
+        let items: &[MarkedYamlOwned] = match &node.data {
+            YamlDataOwned::Sequence(items) => items,
+            // An empty value reads as an empty list: `parameters:` with nothing under it.
+            _ if is_null(node) => &[],
+            _ => return Err(self.fail(format!("expected a list, found {}", self.kind()))),
+        };
+        let access = SeqAccess {
+            parent: &self,
+            items: items.iter().enumerate(),
+        };
+        visitor
+            .visit_seq(access)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        let entries = match self.mapping()? {
+            Some(map) => map
+                .iter()
+                .map(|(k, v)| Ok((self.key_text(k)?.into_owned(), line_of(k), v)))
+                .collect::<Result<Vec<_>, DeError>>()?,
+            None => Vec::new(),
+        };
+        let access = MapAccess {
+            parent: &self,
+            entries: entries.into_iter(),
+            pending: None,
+        };
+        visitor
+            .visit_map(access)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        let mut entries: Vec<(String, usize, &MarkedYamlOwned)> = Vec::new();
+        if let Some(map) = self.mapping()? {
+            for (key_node, value) in map {
+                let raw = self.key_text(key_node)?;
+                let key = if fields.contains(&raw.as_ref()) {
+                    raw.into_owned()
+                } else {
+                    let camel = snake_to_camel(&raw);
+                    if !fields.contains(&camel.as_str()) {
+                        self.report_unknown_key(&raw, line_of(key_node), fields);
+                        continue;
+                    }
+                    camel
+                };
+                if entries.iter().any(|(k, _, _)| *k == key) {
+                    return Err(DeError::at(
+                        &child_path(&self.path, &key),
+                        line_of(key_node),
+                        format!("'{key}' is given twice (once in snake_case)"),
+                    ));
+                }
+                entries.push((key, line_of(key_node), value));
+            }
+        }
+        let access = MapAccess {
+            parent: &self,
+            entries: entries.into_iter(),
+            pending: None,
+        };
+        visitor
+            .visit_map(access)
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        let resolve = |raw: &str, line: usize| -> Result<String, DeError> {
+            if variants.contains(&raw) {
+                return Ok(raw.to_owned());
+            }
+            let camel = snake_to_camel(raw);
+            if variants.contains(&camel.as_str()) {
+                return Ok(camel);
+            }
+            let hint = suggest(raw, variants.iter().copied())
+                .map(|s| format!(" (did you mean '{s}'?)"))
+                .unwrap_or_default();
+            Err(DeError::at(
+                &self.path,
+                line,
+                format!(
+                    "unknown value '{raw}'{hint}; expected one of: {}",
+                    variants.join(", ")
+                ),
+            ))
+        };
+        if let Some(map) = self.mapping().ok().flatten() {
+            let keys: Vec<&MarkedYamlOwned> = map.keys().collect();
+            if keys.len() != 1 {
+                let found: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| scalar(k).map(|s| s.0.into_owned()))
+                    .collect();
+                return Err(self.fail(format!(
+                    "expected exactly one of: {}; found {}",
+                    variants.join(", "),
+                    if found.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        found.join(", ")
+                    }
+                )));
+            }
+            let Some((key_node, value)) = map.iter().next() else {
+                return Err(self.fail("expected a value"));
+            };
+            let variant = resolve(&self.key_text(key_node)?, line_of(key_node))?;
+            let path = child_path(&self.path, &variant);
+            let content = self.child(value, path, line_of(key_node));
+            return visitor
+                .visit_enum(EnumAccess { variant, content })
+                .map_err(|e: DeError| e.locate(&self.path, self.line()));
+        }
+        let (raw, _) = self.expect_scalar(&format!("one of: {}", variants.join(", ")))?;
+        let variant = resolve(&raw, self.line())?;
+        visitor
+            .visit_enum(variant.into_deserializer())
+            .map_err(|e: DeError| e.locate(&self.path, self.line()))
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        visitor.visit_unit()
+    }
+}
+
+impl NodeDeserializer<'_> {
+    fn report_unknown_key(&self, key: &str, line: usize, fields: &[&str]) {
+        let hint = suggest(key, fields.iter().copied())
+            .map(|s| format!("; did you mean '{s}'?"))
+            .unwrap_or_else(|| {
+                if fields.is_empty() {
+                    "; this mapping takes no keys".to_owned()
+                } else {
+                    format!("; valid keys here: {}", fields.join(", "))
+                }
+            });
+        self.collector.unknown_keys.borrow_mut().push((
+            child_path(&self.path, key),
+            line,
+            format!("unknown key '{key}'{hint}"),
+        ));
+    }
+}
+
+struct SeqAccess<'p, 'a, I> {
+    parent: &'p NodeDeserializer<'a>,
+    items: I,
+}
+
+impl<'de, 'a, I> de::SeqAccess<'de> for SeqAccess<'_, 'a, I>
+where
+    I: Iterator<Item = (usize, &'a MarkedYamlOwned)>,
+{
+    type Error = DeError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeError> {
+        let Some((index, node)) = self.items.next() else {
+            return Ok(None);
+        };
+        let path = format!("{}[{index}]", self.parent.path);
+        let child = self.parent.child(node, path.clone(), line_of(node));
+        seed.deserialize(child)
+            .map(Some)
+            .map_err(|e: DeError| e.locate(&path, line_of(node)))
+    }
+}
+
+struct MapAccess<'p, 'a, I> {
+    parent: &'p NodeDeserializer<'a>,
+    entries: I,
+    pending: Option<(String, usize, &'a MarkedYamlOwned)>,
+}
+
+impl<'de, 'a, I> de::MapAccess<'de> for MapAccess<'_, 'a, I>
+where
+    I: Iterator<Item = (String, usize, &'a MarkedYamlOwned)>,
+{
+    type Error = DeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
+        let Some((key, line, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        let parsed = seed
+            .deserialize(key.as_str().into_deserializer())
+            .map_err(|e: DeError| e.locate(&child_path(&self.parent.path, &key), line))?;
+        self.pending = Some((key, line, value));
+        Ok(Some(parsed))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
+        let (key, line, node) = self.pending.take().ok_or_else(|| {
+            self.parent
+                .fail("internal error: value requested before key")
+        })?;
+        let path = child_path(&self.parent.path, &key);
+        let child = self.parent.child(node, path.clone(), line);
+        seed.deserialize(child)
+            .map_err(|e: DeError| e.locate(&path, line))
+    }
+}
+
+struct EnumAccess<'a> {
+    variant: String,
+    content: NodeDeserializer<'a>,
+}
+
+impl<'de, 'a> de::EnumAccess<'de> for EnumAccess<'a> {
+    type Error = DeError;
+    type Variant = NodeDeserializer<'a>;
+
+    fn variant_seed<V: DeserializeSeed<'de>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), DeError> {
+        let variant = seed.deserialize(self.variant.as_str().into_deserializer())?;
+        Ok((variant, self.content))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for NodeDeserializer<'_> {
+    type Error = DeError;
+
+    fn unit_variant(self) -> Result<(), DeError> {
+        match self.mapping()? {
+            Some(map) if !map.is_empty() => Err(self.fail("this option takes no settings")),
+            _ => Ok(()),
+        }
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DeError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_seq(self, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_struct(self, "", fields, visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Program {
+        cmd: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        max_attempts: Option<u32>,
+        enabled: Option<bool>,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    enum Mode {
+        ExitCode,
+        Structured,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    enum Runner {
+        Local {},
+        Kubernetes { agent: String },
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Doc {
+        program: Program,
+        mode: Option<Mode>,
+        runner: Option<Runner>,
+        version: Option<String>,
+    }
+
+    fn read(text: &str) -> (Result<Doc, DeError>, Vec<ConfigError>, Positions) {
+        let docs = parse_documents(text).expect("valid yaml");
+        let collector = Collector::default();
+        let result = from_document::<Doc>(&docs[0], &collector);
+        let (errors, positions) = collector.into_parts("f.yaml");
+        (result, errors, positions)
+    }
+
+    #[test]
+    fn reads_camel_and_snake_case_keys_and_types_scalars_by_field() {
+        let (doc, errors, _) = read(
+            "program:\n  cmd: [./x, 5, true]\n  env: {PORT: 8080}\n  max_attempts: 3\n  enabled: true\nmode: exit_code\nversion: 1.10\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let doc = doc.unwrap();
+        assert_eq!(doc.program.cmd, vec!["./x", "5", "true"]);
+        assert_eq!(doc.program.env["PORT"], "8080");
+        assert_eq!(doc.program.max_attempts, Some(3));
+        assert_eq!(doc.mode, Some(Mode::ExitCode));
+        assert_eq!(doc.version.as_deref(), Some("1.10"));
+    }
+
+    #[test]
+    fn collects_every_unknown_key_with_a_suggestion_and_line() {
+        let (doc, errors, _) =
+            read("program:\n  cmdd: [a]\n  cmd: [b]\n  evn: {}\nmood: exitCode\n");
+        assert!(doc.is_ok());
+        let messages: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}:{}: {}", e.line.unwrap(), e.path, e.message))
+            .collect();
+        assert_eq!(
+            messages,
+            vec![
+                "2:program.cmdd: unknown key 'cmdd'; did you mean 'cmd'?",
+                "4:program.evn: unknown key 'evn'; did you mean 'env'?",
+                "5:mood: unknown key 'mood'; did you mean 'mode'?",
+            ]
+        );
+    }
+
+    #[test]
+    fn type_errors_name_the_path_and_line() {
+        let (doc, _, _) = read("program:\n  cmd: [a]\n  max_attempts: lots\n");
+        let err = doc.unwrap_err();
+        assert_eq!(err.path.as_deref(), Some("program.maxAttempts"));
+        assert_eq!(err.line, Some(3));
+        assert!(
+            err.message.contains("expected an integer"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn missing_keys_are_reported_on_their_parent() {
+        let (doc, _, _) = read("program:\n  env: {}\n");
+        let err = doc.unwrap_err();
+        assert_eq!(err.path.as_deref(), Some("program"));
+        assert_eq!(err.message, "missing required key 'cmd'");
+    }
+
+    #[test]
+    fn single_key_mappings_select_enum_variants() {
+        let (doc, errors, _) = read("program: {cmd: []}\nrunner:\n  kubernetes: {agent: prod}\n");
+        assert!(errors.is_empty());
+        assert_eq!(
+            doc.unwrap().runner,
+            Some(Runner::Kubernetes {
+                agent: "prod".into()
+            })
+        );
+        let (doc, _, _) = read("program: {cmd: []}\nrunner: {local: {}, ecs: {}}\n");
+        let err = doc.unwrap_err();
+        assert!(
+            err.message.contains("exactly one of: local, kubernetes"),
+            "{}",
+            err.message
+        );
+        let (doc, _, _) = read("program: {cmd: []}\nmode: strucutred\n");
+        assert!(
+            doc.unwrap_err()
+                .message
+                .contains("did you mean 'structured'")
+        );
+    }
+
+    #[test]
+    fn positions_are_recorded_for_list_items() {
+        let (_, _, positions) = read("program:\n  cmd:\n    - a\n    - b\n");
+        assert_eq!(positions.line_of("program.cmd[1]"), Some(4));
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_line() {
+        let err = parse_documents("a: [1, 2\nb: c\n").unwrap_err();
+        assert!(err.0 >= 1);
+    }
+
+    #[test]
+    fn unquoted_templates_survive_flow_sequences_and_nested_flow_mappings_stay_intact() {
+        let (doc, errors, _) = read(
+            "program: {cmd: [./do-apply, --service={{.Params.service}}, \"{{ .Constants.x }}\"], env: {A: {{.Params.a}}}}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let doc = doc.unwrap();
+        assert_eq!(
+            doc.program.cmd,
+            vec![
+                "./do-apply",
+                "--service={{.Params.service}}",
+                "{{ .Constants.x }}"
+            ]
+        );
+        assert_eq!(doc.program.env["A"], "{{.Params.a}}");
+    }
+
+    #[test]
+    fn several_documents_and_empty_ones() {
+        let docs = parse_documents("a: 1\n---\n---\nb: 2\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1].line, 4);
+    }
+}

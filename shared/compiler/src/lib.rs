@@ -1,0 +1,27 @@
+//! The Compiler: user config (YAML) plus each service's latest release
+//! becomes one [`CompiledInstance`](vergence_model::CompiledInstance) per
+//! service and release channel.
+//!
+//! [`read_dir`] turns a directory into a [`ConfigBundle`]; [`check`] parses
+//! and checks every document, collecting all errors with file, line and
+//! field path; [`ConfigModel`] renders desired states. [`YamlCompiler`] is
+//! the [`Compiler`] port the engine's control operations are given. Pure:
+//! no I/O beyond reading the config directory.
+
+mod check;
+pub mod config;
+pub mod model;
+mod port;
+mod render;
+pub mod template;
+
+pub use check::{check, check_docker_image};
+pub use config::read_dir;
+pub use model::ConfigModel;
+pub use port::YamlCompiler;
+pub use render::promotion_order;
+pub use vergence_model::ConfigBundle;
+pub use vergence_model::ports::Compiler;
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,88 @@
+//! The compiler behind the [`Compiler`] port, for the engine's control
+//! operations and every binary that wires them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use vergence_model::ports::{CompiledConfig, Compiler};
+use vergence_model::{
+    ApplicationName, ConfigBundle, Desired, Error, InstanceKey, ParamValue, Release,
+    ReleaseChannelName, Result, ServiceName,
+};
+
+use crate::model::ConfigModel;
+use crate::render::promotion_order;
+
+/// Compiles YAML config bundles.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct YamlCompiler;
+
+impl Compiler for YamlCompiler {
+    fn compile(&self, bundle: &ConfigBundle) -> Result<Arc<dyn CompiledConfig>> {
+        let model = crate::check(bundle).map_err(Error::Config)?;
+        Ok(Arc::new(model))
+    }
+}
+
+impl CompiledConfig for ConfigModel {
+    fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    fn applications(&self) -> Vec<ApplicationName> {
+        self.applications.keys().cloned().collect()
+    }
+
+    fn runtime_count(&self) -> usize {
+        self.runtimes.len()
+    }
+
+    fn services(&self) -> Vec<(ApplicationName, ServiceName)> {
+        self.applications
+            .values()
+            .flat_map(|app| app.services.keys().map(|s| (app.name.clone(), s.clone())))
+            .collect()
+    }
+
+    fn instance_keys(&self) -> Vec<InstanceKey> {
+        ConfigModel::instance_keys(self)
+    }
+
+    fn promotion_order(&self, application: &ApplicationName) -> Vec<ReleaseChannelName> {
+        self.applications
+            .get(application)
+            .map(promotion_order)
+            .unwrap_or_default()
+    }
+
+    fn application_of(&self, service: &ServiceName) -> Result<ApplicationName> {
+        ConfigModel::application_of(self, service)
+    }
+
+    fn release_params(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, ParamValue>> {
+        ConfigModel::release_params(self, application, service, raw)
+    }
+
+    fn fingerprint(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        params: &BTreeMap<String, ParamValue>,
+    ) -> Result<String> {
+        ConfigModel::fingerprint(self, application, service, params)
+    }
+
+    fn compile_service(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        release: Option<&Release>,
+    ) -> Result<Vec<(InstanceKey, Desired)>> {
+        ConfigModel::compile_service(self, application, service, release)
+    }
+}

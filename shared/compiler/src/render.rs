@@ -1,0 +1,531 @@
+//! Turns the checked config and a service's latest release into one
+//! [`CompiledInstance`] per release channel, with the service version.
+//!
+//! Versions: a service's desired version is the version of its latest
+//! release; without a release it is `cfg-<hash>` of its compiled jobs, so a
+//! config change is a new version that flows through the channels. A config
+//! change after a release shows as `<release>+cfg-<hash>`.
+
+use std::collections::BTreeMap;
+
+use super::model::*;
+use super::template::{Builtin, Reference};
+use vergence_model::SecretRef;
+use vergence_model::error::{Error, Result};
+use vergence_model::hashing::sha256_hex;
+use vergence_model::{
+    ApplicationName, ApplySpec, CompiledInstance, CompiledProtection, Desired, FetchSpec,
+    GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition, ProtectionCheck,
+    Release, ReleaseChannelName, ServiceName,
+};
+
+/// Characters of the config hash used in derived versions.
+const VERSION_HASH_LEN: usize = 10;
+
+impl ConfigModel {
+    /// Every instance the config defines, in a stable order.
+    pub fn instance_keys(&self) -> Vec<InstanceKey> {
+        let mut keys = Vec::new();
+        for app in self.applications.values() {
+            for service in app.services.values() {
+                for channel in &app.release_channels {
+                    keys.push(InstanceKey::new(
+                        app.name.clone(),
+                        service.name.clone(),
+                        channel.name.clone(),
+                    ));
+                }
+            }
+        }
+        keys
+    }
+
+    pub fn application(&self, name: &ApplicationName) -> Result<&Application> {
+        self.applications
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("application {name}")))
+    }
+
+    pub fn service(
+        &self,
+        app: &ApplicationName,
+        name: &ServiceName,
+    ) -> Result<(&Application, &Service)> {
+        let application = self.application(app)?;
+        let service = application
+            .services
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("service {name} in application {app}")))?;
+        Ok((application, service))
+    }
+
+    /// The application of a service named without one: the only one that has it.
+    pub fn application_of(&self, service: &ServiceName) -> Result<ApplicationName> {
+        let owners: Vec<&ApplicationName> = self
+            .applications
+            .values()
+            .filter(|a| a.services.contains_key(service))
+            .map(|a| &a.name)
+            .collect();
+        match owners.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(Error::not_found(format!("service {service}"))),
+            several => Err(Error::invalid(
+                "app",
+                format!(
+                    "service {service} exists in several applications ({}); name one",
+                    several
+                        .iter()
+                        .map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Types raw `NAME=VALUE` release parameters against the service's
+    /// declarations. Unknown names and missing required values are errors.
+    pub fn release_params(
+        &self,
+        app: &ApplicationName,
+        service: &ServiceName,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, ParamValue>> {
+        let (_, svc) = self.service(app, service)?;
+        let mut typed = BTreeMap::new();
+        for (name, value) in raw {
+            let Some(decl) = svc.params.iter().find(|p| &p.name == name) else {
+                let declared: Vec<&str> = svc.params.iter().map(|p| p.name.as_str()).collect();
+                return Err(Error::invalid(
+                    format!("param {name}"),
+                    format!(
+                        "service {service} declares no parameter '{name}' (it declares: {})",
+                        if declared.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            declared.join(", ")
+                        }
+                    ),
+                ));
+            };
+            let parsed = match decl.kind {
+                ParamKind::String => ParamValue::String(value.clone()),
+                ParamKind::DockerImage => {
+                    super::check::check_docker_image(value)
+                        .map_err(|e| Error::invalid(format!("param {name}"), e))?;
+                    ParamValue::DockerImage(value.clone())
+                }
+                ParamKind::Int => ParamValue::Int(value.parse().map_err(|_| {
+                    Error::invalid(
+                        format!("param {name}"),
+                        format!("{value:?} is not an integer"),
+                    )
+                })?),
+                ParamKind::Secret => {
+                    return Err(Error::invalid(
+                        format!("param {name}"),
+                        "secret parameters cannot be set by a release",
+                    ));
+                }
+            };
+            typed.insert(name.clone(), parsed);
+        }
+        for decl in &svc.params {
+            if decl.required && !typed.contains_key(&decl.name) {
+                return Err(Error::invalid(
+                    format!("param {}", decl.name),
+                    format!(
+                        "service {service} requires parameter '{}' in every release",
+                        decl.name
+                    ),
+                ));
+            }
+        }
+        Ok(typed)
+    }
+
+    /// Fingerprint of everything the service's jobs run, across all release
+    /// channels, given release parameter values. Two configs that run the
+    /// same commands have the same fingerprint.
+    pub fn fingerprint(
+        &self,
+        app: &ApplicationName,
+        service: &ServiceName,
+        release_params: &BTreeMap<String, ParamValue>,
+    ) -> Result<String> {
+        let (application, svc) = self.service(app, service)?;
+        let mut specs = Vec::new();
+        for channel in &application.release_channels {
+            if let Ok(jobs) = self.jobs(application, svc, channel, release_params) {
+                specs.push((channel.name.as_str(), jobs));
+            }
+        }
+        let canonical =
+            serde_json::to_vec(&specs).map_err(|e| Error::invalid("config", e.to_string()))?;
+        Ok(sha256_hex(&canonical))
+    }
+
+    /// The desired state of every instance of a service.
+    pub fn compile_service(
+        &self,
+        app: &ApplicationName,
+        service: &ServiceName,
+        release: Option<&Release>,
+    ) -> Result<Vec<(InstanceKey, Desired)>> {
+        let (application, svc) = self.service(app, service)?;
+        let params = release.map(|r| r.params.clone()).unwrap_or_default();
+        let fingerprint = self.fingerprint(app, service, &params)?;
+        let derived = format!("cfg-{}", &fingerprint[..VERSION_HASH_LEN]);
+        let version = match release {
+            None => derived,
+            Some(r) if r.config_fingerprint == fingerprint => r.version.clone(),
+            Some(r) => format!("{}+{derived}", r.version),
+        };
+        let mut out = Vec::new();
+        for channel in &application.release_channels {
+            let key = InstanceKey::new(app.clone(), service.clone(), channel.name.clone());
+            let compiled = self
+                .jobs(application, svc, channel, &params)
+                .and_then(|jobs| Ok((jobs, self.protections(&key, svc, channel)?)));
+            let desired = match compiled {
+                Ok((jobs, protections)) => Desired::Ready(Box::new(self.instance(
+                    key.clone(),
+                    svc,
+                    channel,
+                    jobs,
+                    protections,
+                    &version,
+                ))),
+                Err(reason) => Desired::Unresolved { reason },
+            };
+            out.push((key, desired));
+        }
+        Ok(out)
+    }
+
+    fn instance(
+        &self,
+        key: InstanceKey,
+        svc: &Service,
+        channel: &ReleaseChannel,
+        jobs: InstanceJobs,
+        protections: Vec<CompiledProtection>,
+        version: &str,
+    ) -> CompiledInstance {
+        let runtime = self.runtimes.get(&jobs.runtime);
+        CompiledInstance {
+            ids: InstanceIds::of(&key),
+            version: version.to_owned(),
+            runtime: jobs.runtime,
+            workspace_root: self.root.clone(),
+            apply: ApplySpec {
+                job: jobs.apply,
+                retryable_exit_codes: runtime
+                    .map(|r| r.retryable_exit_codes.clone())
+                    .unwrap_or_default(),
+                retry_policy: runtime.map(|r| r.retry_policy).unwrap_or_default(),
+            },
+            fetch: jobs
+                .fetch
+                .zip(runtime.and_then(|r| r.fetch.as_ref()))
+                .map(|(job, f)| FetchSpec {
+                    job,
+                    mode: f.mode,
+                    poll_interval: f.poll_interval,
+                    steady_state_poll_interval: f.steady_state_poll_interval,
+                }),
+            get_info: jobs
+                .get_info
+                .zip(runtime.and_then(|r| r.get_info.as_ref()))
+                .map(|(job, g)| GetInfoSpec {
+                    job,
+                    poll_interval: g.poll_interval,
+                }),
+            convergence_grace_period: runtime.map_or(jiff::SignedDuration::from_mins(10), |r| {
+                r.convergence_grace_period
+            }),
+            require_approval_before_apply: runtime.is_some_and(|r| r.require_approval_before_apply),
+            preconditions: channel.preconditions.clone(),
+            downstream: channel.downstream.clone(),
+            drift_policy: svc.drift_policy,
+            protections,
+            auto_rollback: svc.auto_rollback,
+            windows: channel.windows.clone(),
+            key,
+        }
+    }
+
+    /// The protections guarding one instance: the release channel's, then
+    /// the service's, one per lifecycle point.
+    fn protections(
+        &self,
+        key: &InstanceKey,
+        svc: &Service,
+        channel: &ReleaseChannel,
+    ) -> Result<Vec<CompiledProtection>, String> {
+        let ids = InstanceIds::of(key);
+        let builtins = Builtins { key, ids: &ids };
+        let attachment_scope = |r: &Reference| match r {
+            Reference::Param(_) => None,
+            Reference::Constant(name) => channel.constants.get(name).cloned(),
+            Reference::Builtin(b) => Some(builtins.value(*b)),
+        };
+        let mut out = Vec::new();
+        for usage in channel.protections.iter().chain(&svc.protections) {
+            let Some(protection) = self.protections.get(&usage.name) else {
+                return Err(format!("protection {} is not defined", usage.name));
+            };
+            let check = match &protection.check {
+                ProtectionTemplate::Alert(alert) => ProtectionCheck::Alert {
+                    alert: alert.clone(),
+                },
+                ProtectionTemplate::Job(job) => {
+                    let mut values = BTreeMap::new();
+                    for decl in &protection.params {
+                        let value = match usage.values.get(&decl.name) {
+                            Some(t) => t.render(attachment_scope)?,
+                            None => decl
+                                .default
+                                .as_ref()
+                                .map(ToString::to_string)
+                                .unwrap_or_default(),
+                        };
+                        values.insert(decl.name.as_str(), value);
+                    }
+                    let scope = |r: &Reference| match r {
+                        Reference::Param(name) => values.get(name.as_str()).cloned(),
+                        Reference::Constant(name) => channel.constants.get(name).cloned(),
+                        Reference::Builtin(b) => Some(builtins.value(*b)),
+                    };
+                    ProtectionCheck::Job {
+                        job: Box::new(render_job(job, &scope, &BTreeMap::new(), &BTreeMap::new())?),
+                    }
+                }
+            };
+            for lifecycle in &usage.lifecycles {
+                out.push(CompiledProtection {
+                    name: usage.name.clone(),
+                    lifecycle: *lifecycle,
+                    check: check.clone(),
+                    poll_interval: protection.poll_interval,
+                    attached_to: usage.attached_to.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Renders the jobs of one instance. The error is the reason the
+    /// instance cannot be resolved yet (a release parameter is missing).
+    fn jobs(
+        &self,
+        application: &Application,
+        svc: &Service,
+        channel: &ReleaseChannel,
+        release_params: &BTreeMap<String, ParamValue>,
+    ) -> Result<InstanceJobs, String> {
+        let service_channel = svc.channels.get(&channel.name).ok_or_else(|| {
+            format!(
+                "service {} has no runtime in release channel {}",
+                svc.name, channel.name
+            )
+        })?;
+        let runtime = self
+            .runtimes
+            .get(&service_channel.runtime)
+            .ok_or_else(|| format!("runtime {} is not defined", service_channel.runtime))?;
+        let key = InstanceKey::new(
+            application.name.clone(),
+            svc.name.clone(),
+            channel.name.clone(),
+        );
+        let ids = InstanceIds::of(&key);
+        let builtins = Builtins {
+            key: &key,
+            ids: &ids,
+        };
+
+        // Service parameters: the release's values, else defaults.
+        let mut service_values: BTreeMap<&str, String> = BTreeMap::new();
+        for decl in &svc.params {
+            match release_params.get(&decl.name).or(decl.default.as_ref()) {
+                Some(value) => {
+                    service_values.insert(&decl.name, value.to_string());
+                }
+                None if decl.required => {
+                    return Err(format!(
+                        "waiting for a release: service parameter '{}' has no default (vergence release {} VERSION --param {}=…)",
+                        decl.name, svc.name, decl.name
+                    ));
+                }
+                None => {
+                    service_values.insert(&decl.name, String::new());
+                }
+            }
+        }
+        let service_scope = |r: &Reference| match r {
+            Reference::Param(name) => service_values.get(name.as_str()).cloned(),
+            Reference::Constant(name) => channel.constants.get(name).cloned(),
+            Reference::Builtin(b) => Some(builtins.value(*b)),
+        };
+
+        // Runtime parameters: the service's values for this channel, else defaults.
+        let mut runtime_values: BTreeMap<&str, String> = BTreeMap::new();
+        let mut secrets = BTreeMap::new();
+        for decl in &runtime.params {
+            match service_channel.values.get(&decl.name) {
+                Some(ValueTemplate::Text(t)) => {
+                    let rendered = t.render(service_scope)?;
+                    if decl.kind == ParamKind::Int && rendered.parse::<i64>().is_err() {
+                        return Err(format!(
+                            "parameter '{}' rendered to {rendered:?}, which is not an integer",
+                            decl.name
+                        ));
+                    }
+                    runtime_values.insert(&decl.name, rendered);
+                }
+                Some(ValueTemplate::Secret(secret)) => {
+                    secrets.insert(decl.name.as_str(), secret.clone());
+                }
+                None => {
+                    // A service parameter of the same name passes straight
+                    // through, so a release can set a runtime parameter
+                    // without a template in between.
+                    let passed = svc
+                        .params
+                        .iter()
+                        .find(|p| p.name == decl.name)
+                        .and_then(|p| release_params.get(&p.name).or(p.default.as_ref()));
+                    let value = passed
+                        .or(decl.default.as_ref())
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    if decl.kind == ParamKind::Int
+                        && passed.is_some()
+                        && value.parse::<i64>().is_err()
+                    {
+                        return Err(format!(
+                            "parameter '{}' is {value:?}, which is not an integer",
+                            decl.name
+                        ));
+                    }
+                    runtime_values.insert(&decl.name, value);
+                }
+            }
+        }
+        let runtime_scope = |r: &Reference| match r {
+            Reference::Param(name) => runtime_values.get(name.as_str()).cloned(),
+            Reference::Constant(name) => channel.constants.get(name).cloned(),
+            Reference::Builtin(b) => Some(builtins.value(*b)),
+        };
+        let mut extra_env = BTreeMap::new();
+        for (name, t) in &service_channel.env {
+            extra_env.insert(name.clone(), t.render(service_scope)?);
+        }
+        let render_job = |job: &JobTemplate| render_job(job, &runtime_scope, &secrets, &extra_env);
+        Ok(InstanceJobs {
+            runtime: runtime.name.clone(),
+            apply: render_job(&runtime.apply)?,
+            fetch: runtime
+                .fetch
+                .as_ref()
+                .map(|f| render_job(&f.job))
+                .transpose()?,
+            get_info: runtime
+                .get_info
+                .as_ref()
+                .map(|g| render_job(&g.job))
+                .transpose()?,
+        })
+    }
+}
+
+#[derive(serde::Serialize)]
+struct InstanceJobs {
+    runtime: vergence_model::RuntimeName,
+    apply: JobSpec,
+    fetch: Option<JobSpec>,
+    get_info: Option<JobSpec>,
+}
+
+/// Renders one job template: templates filled from `scope`, secret
+/// parameters passed by reference (never rendered into the spec), and the
+/// service's own `env` on top of the template's.
+fn render_job(
+    job: &JobTemplate,
+    scope: &dyn Fn(&Reference) -> Option<String>,
+    secrets: &BTreeMap<&str, SecretRef>,
+    extra_env: &BTreeMap<String, String>,
+) -> Result<JobSpec, String> {
+    let mut env = BTreeMap::new();
+    let mut secret_env = BTreeMap::new();
+    for (name, t) in &job.env {
+        match t.sole_reference() {
+            Some(Reference::Param(p)) if secrets.contains_key(p.as_str()) => {
+                secret_env.insert(name.clone(), secrets[p.as_str()].clone());
+            }
+            _ => {
+                env.insert(name.clone(), t.render(scope)?);
+            }
+        }
+    }
+    // The service's environment is more specific than the runtime's.
+    env.extend(extra_env.clone());
+    Ok(JobSpec {
+        runner: job.runner.clone(),
+        image: job.image.as_ref().map(|t| t.render(scope)).transpose()?,
+        cmd: job
+            .cmd
+            .iter()
+            .map(|t| t.render(scope))
+            .collect::<Result<_, _>>()?,
+        env,
+        secret_env,
+        working_dir: job.working_dir.clone(),
+        timeout: job.timeout,
+        outputs: job.outputs.clone(),
+    })
+}
+
+struct Builtins<'a> {
+    key: &'a InstanceKey,
+    ids: &'a InstanceIds,
+}
+
+impl Builtins<'_> {
+    fn value(&self, builtin: Builtin) -> String {
+        match builtin {
+            Builtin::ApplicationName => self.key.application.to_string(),
+            Builtin::ApplicationId => self.ids.application_id.clone(),
+            Builtin::ReleaseChannelName => self.key.release_channel.to_string(),
+            Builtin::ReleaseChannelId => self.ids.release_channel_id.clone(),
+            Builtin::ServiceName => self.key.service.to_string(),
+            Builtin::ServiceId => self.ids.service_id.clone(),
+        }
+    }
+}
+
+/// Release channels in promotion order: every channel after the ones its
+/// preconditions wait for, otherwise in the order written.
+pub fn promotion_order(application: &Application) -> Vec<ReleaseChannelName> {
+    let mut ordered: Vec<ReleaseChannelName> = Vec::new();
+    while ordered.len() < application.release_channels.len() {
+        let before = ordered.len();
+        for channel in &application.release_channels {
+            if ordered.contains(&channel.name) {
+                continue;
+            }
+            let ready = Precondition::upstream_channels(&channel.preconditions)
+                .all(|u| ordered.contains(u));
+            if ready {
+                ordered.push(channel.name.clone());
+            }
+        }
+        if ordered.len() == before {
+            // Cycles are rejected by the checker; stop rather than loop.
+            break;
+        }
+    }
+    ordered
+}

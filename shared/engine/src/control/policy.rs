@@ -1,0 +1,486 @@
+//! Operator actions on delivery: pause and resume, pin and unpin, manual
+//! rollback, alert states. Each records who did it as an event and wakes
+//! the instances it touches.
+
+use vergence_model::error::{Error, Result};
+use vergence_model::ports::InstanceFilter;
+use vergence_model::{
+    AlertState, ControlMark, Desired, Event, EventKind, InstanceKey, InstanceRecord, Pin,
+    ProtectionCheck, Release, RollbackRequest, RollbackTarget, check_version,
+};
+
+use super::Control;
+
+/// How far back `pin` and `rollback --version` look for a release.
+const RELEASE_LOOKBACK: usize = 1000;
+
+impl Control {
+    /// Stops applies (fetches go on) on every instance matching `filter`.
+    pub async fn pause(&self, filter: &InstanceFilter, actor: &str) -> Result<Vec<InstanceKey>> {
+        self.set_paused(filter, actor, true).await
+    }
+
+    pub async fn resume(&self, filter: &InstanceFilter, actor: &str) -> Result<Vec<InstanceKey>> {
+        self.set_paused(filter, actor, false).await
+    }
+
+    async fn set_paused(
+        &self,
+        filter: &InstanceFilter,
+        actor: &str,
+        paused: bool,
+    ) -> Result<Vec<InstanceKey>> {
+        let records = self.store.list_instances(filter).await?;
+        if records.is_empty() {
+            return Err(Error::not_found("instances matching the filter"));
+        }
+        let now = self.clock.now();
+        let mut keys = Vec::new();
+        for record in records {
+            self.update_instance(&record.key, |r| {
+                if r.controls.paused.is_some() == paused {
+                    return Vec::new();
+                }
+                r.controls.paused = paused.then(|| ControlMark {
+                    actor: actor.to_owned(),
+                    at: now,
+                });
+                let (kind, verb) = if paused {
+                    (EventKind::Paused, "paused applies")
+                } else {
+                    (EventKind::Resumed, "resumed applies")
+                };
+                vec![Event::for_instance(
+                    &r.key,
+                    now,
+                    actor,
+                    kind,
+                    format!("{actor} {verb}"),
+                )]
+            })
+            .await?;
+            keys.push(record.key);
+        }
+        self.wake(&keys).await?;
+        Ok(keys)
+    }
+
+    /// Holds one instance on a released version until unpinned.
+    pub async fn pin(&self, key: &InstanceKey, version: &str, actor: &str) -> Result<()> {
+        check_version(version).map_err(|e| Error::invalid("version", e))?;
+        let desired = self.desired_for_release(key, version).await?;
+        let model = self.require_model().await?;
+        let now = self.clock.now();
+        self.update_instance(key, |r| {
+            r.controls.pinned = Some(Pin {
+                version: version.to_owned(),
+                actor: actor.to_owned(),
+                at: now,
+            });
+            r.desired = desired.clone();
+            r.config_hash = model.hash().to_owned();
+            vec![Event::for_instance(
+                &r.key,
+                now,
+                actor,
+                EventKind::Pinned {
+                    version: version.to_owned(),
+                },
+                format!("{actor} pinned {} to {version}", r.key.release_channel),
+            )]
+        })
+        .await?;
+        self.wake(std::slice::from_ref(key)).await
+    }
+
+    /// Lets an instance follow its service's latest release again.
+    pub async fn unpin(&self, key: &InstanceKey, actor: &str) -> Result<()> {
+        let model = self.require_model().await?;
+        let latest = self
+            .store
+            .latest_release(&key.application, &key.service)
+            .await?;
+        let desired = desired_of(model.as_ref(), key, latest.as_ref())?;
+        let now = self.clock.now();
+        self.update_instance(key, |r| {
+            if r.controls.pinned.take().is_none() {
+                return Vec::new();
+            }
+            r.desired = desired.clone();
+            r.config_hash = model.hash().to_owned();
+            vec![Event::for_instance(
+                &r.key,
+                now,
+                actor,
+                EventKind::Unpinned,
+                format!("{actor} unpinned {}", r.key.release_channel),
+            )]
+        })
+        .await?;
+        self.wake(std::slice::from_ref(key)).await
+    }
+
+    /// Asks the engine to roll one instance back: to `version` (a release)
+    /// or, without one, to the last version that converged there.
+    pub async fn rollback(
+        &self,
+        key: &InstanceKey,
+        version: Option<&str>,
+        actor: &str,
+    ) -> Result<()> {
+        let record = self.instance(key).await?;
+        let desired = record.desired.version().unwrap_or_default().to_owned();
+        let to = match version {
+            Some(v) => {
+                check_version(v).map_err(|e| Error::invalid("version", e))?;
+                let Desired::Ready(spec) = self.desired_for_release(key, v).await? else {
+                    return Err(Error::invalid(
+                        "version",
+                        format!("release {v} cannot be compiled for {key} with the current config"),
+                    ));
+                };
+                Some(Box::new(RollbackTarget {
+                    version: spec.version.clone(),
+                    apply: spec.apply.clone(),
+                    fetch: spec.fetch.clone(),
+                }))
+            }
+            None => None,
+        };
+        let good = match &record.state.last_good {
+            Some(g) if g.version != desired => Some(g),
+            _ => record.state.previous_good.as_ref(),
+        };
+        let target_version = match (&to, good) {
+            (Some(t), _) => t.version.clone(),
+            (None, Some(good)) => good.version.clone(),
+            (None, None) => {
+                return Err(Error::invalid(
+                    "version",
+                    format!(
+                        "no version has converged in {} yet; give one with --version",
+                        key.release_channel
+                    ),
+                ));
+            }
+        };
+        if target_version == desired {
+            return Err(Error::invalid(
+                "version",
+                format!("{key} already wants {desired}; a rollback goes to another version"),
+            ));
+        }
+        let now = self.clock.now();
+        self.update_instance(key, |r| {
+            r.state.rollback_request = Some(RollbackRequest {
+                to: to.clone(),
+                actor: actor.to_owned(),
+                at: now,
+            });
+            vec![Event::for_instance(
+                &r.key,
+                now,
+                actor,
+                EventKind::RollbackRequested {
+                    to: Some(target_version.clone()),
+                },
+                format!("{actor} asked to roll back from {desired} to {target_version}"),
+            )]
+        })
+        .await?;
+        self.wake(std::slice::from_ref(key)).await
+    }
+
+    /// Records an alert's state and wakes the instances whose protections
+    /// refer to it. Returns those instances.
+    pub async fn set_alert(
+        &self,
+        name: &str,
+        firing: bool,
+        summary: Option<String>,
+        actor: &str,
+    ) -> Result<Vec<InstanceKey>> {
+        vergence_model::check_name(name).map_err(|e| Error::invalid("alert", e))?;
+        let now = self.clock.now();
+        let previous = self.store.get_alert(name).await?;
+        let changed = previous.as_ref().is_none_or(|p| p.firing != firing);
+        let alert = AlertState {
+            name: name.to_owned(),
+            firing,
+            since: match &previous {
+                Some(p) if !changed => p.since,
+                _ => now,
+            },
+            actor: actor.to_owned(),
+            summary,
+        };
+        self.store.put_alert(&alert).await?;
+        let watching: Vec<InstanceRecord> = self
+            .store
+            .list_instances(&InstanceFilter::default())
+            .await?
+            .into_iter()
+            .filter(|r| refers_to_alert(r, name))
+            .collect();
+        let keys: Vec<InstanceKey> = watching.iter().map(|r| r.key.clone()).collect();
+        if changed {
+            let state = if firing { "firing" } else { "resolved" };
+            let events: Vec<Event> = watching
+                .iter()
+                .map(|r| {
+                    Event::for_instance(
+                        &r.key,
+                        now,
+                        actor,
+                        EventKind::AlertChanged {
+                            alert: name.to_owned(),
+                            firing,
+                        },
+                        format!("alert {name} is {state} (set by {actor})"),
+                    )
+                })
+                .collect();
+            self.append_events(events, &format!("alert-{name}-{}", now.as_millisecond()))
+                .await?;
+        }
+        self.wake(&keys).await?;
+        Ok(keys)
+    }
+
+    pub async fn alerts(&self) -> Result<Vec<AlertState>> {
+        self.store.list_alerts().await
+    }
+
+    /// The desired state of `key` when running release `version`.
+    async fn desired_for_release(&self, key: &InstanceKey, version: &str) -> Result<Desired> {
+        let model = self.require_model().await?;
+        let release = self.release(key, version).await?.ok_or_else(|| {
+            Error::not_found(format!(
+                "release {version} of {} (push it with `vergence release {} {version}`)",
+                key.service, key.service
+            ))
+        })?;
+        desired_of(model.as_ref(), key, Some(&release))
+    }
+
+    /// Release `version` of the instance's service, if it was pushed.
+    pub(super) async fn release(
+        &self,
+        key: &InstanceKey,
+        version: &str,
+    ) -> Result<Option<Release>> {
+        Ok(self
+            .store
+            .list_releases(&key.application, &key.service, RELEASE_LOOKBACK)
+            .await?
+            .into_iter()
+            .find(|r| r.version == version))
+    }
+
+    pub(crate) async fn instance(&self, key: &InstanceKey) -> Result<InstanceRecord> {
+        self.store
+            .get_instance(key)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("instance {key}")))
+    }
+}
+
+/// The desired state of `key` under `model`, running `release` (or the
+/// config-derived version without one).
+pub(super) fn desired_of(
+    model: &dyn vergence_model::ports::CompiledConfig,
+    key: &InstanceKey,
+    release: Option<&Release>,
+) -> Result<Desired> {
+    model
+        .compile_service(&key.application, &key.service, release)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, d)| d)
+        .ok_or_else(|| Error::not_found(format!("instance {key} in the config")))
+}
+
+fn refers_to_alert(record: &InstanceRecord, alert: &str) -> bool {
+    record.desired.compiled().is_some_and(|spec| {
+        spec.protections
+            .iter()
+            .any(|p| matches!(&p.check, ProtectionCheck::Alert { alert: a } if a == alert))
+    })
+}
+
+impl Control {
+    /// The instance of `service` in `channel`; the application may be left
+    /// out when only one application has the service.
+    pub async fn instance_key(
+        &self,
+        application: Option<vergence_model::ApplicationName>,
+        service: vergence_model::ServiceName,
+        channel: vergence_model::ReleaseChannelName,
+    ) -> Result<InstanceKey> {
+        let application = match application {
+            Some(app) => app,
+            None => self.require_model().await?.application_of(&service)?,
+        };
+        Ok(InstanceKey::new(application, service, channel))
+    }
+}
+
+impl Control {
+    /// The chain of reasons an instance is where it is: status, versions,
+    /// operator controls, every gate in order, post-deployment checks, the
+    /// last job of each kind and when the engine looks next.
+    pub async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>> {
+        use crate::{Gate, gates, load_facts, moment};
+        let record = self.instance(key).await?;
+        let state = &record.state;
+        let now = self.clock.now();
+        let mut lines = vec![format!(
+            "{key}: {}{}",
+            state.status,
+            state
+                .since
+                .map(|s| format!(" since {}", moment(s)))
+                .unwrap_or_default()
+        )];
+        lines.push(format!("  reason: {}", state.reason));
+        lines.push(format!(
+            "  desired: {}   current: {}",
+            record.desired.version().unwrap_or("-"),
+            state.current_version.as_deref().unwrap_or("-")
+        ));
+        if let Some(p) = &record.controls.paused {
+            lines.push(format!("  paused by {} at {}", p.actor, moment(p.at)));
+        }
+        if let Some(p) = &record.controls.pinned {
+            lines.push(format!(
+                "  pinned to {} by {} at {}",
+                p.version,
+                p.actor,
+                moment(p.at)
+            ));
+        }
+        if let Some(r) = &state.rollback {
+            lines.push(format!(
+                "  rollback: {} → {} since {} ({})",
+                r.failed_version,
+                r.to.version,
+                moment(r.started_at),
+                r.reason
+            ));
+        }
+        if let Some(spec) = record.desired.compiled() {
+            let facts = load_facts(self.store.as_ref(), &record, now).await?;
+            lines.push("  gates, in order:".to_owned());
+            for (name, gate) in gates::all(spec, &facts, state, &record.controls) {
+                let line = match gate {
+                    Gate::Open => format!("    ✓ {name}"),
+                    Gate::Closed { reason, .. } => format!("    ✗ {name}: {reason}"),
+                    Gate::Fail { reason } => format!("    ✗ {name}: {reason}"),
+                    Gate::Check { .. } => {
+                        format!("    ? {name}: no recent result; runs before the next apply")
+                    }
+                };
+                lines.push(line);
+            }
+            for check in spec.protections_at("postDeployment") {
+                let seen = state.protections.get(&check.key());
+                lines.push(format!(
+                    "    post-deployment {}: {}",
+                    check.name,
+                    seen.map(|o| format!(
+                        "{} at {} for {}",
+                        if o.passed { "passed" } else { "failed" },
+                        moment(o.at),
+                        o.version
+                    ))
+                    .unwrap_or_else(|| "not run yet".to_owned())
+                ));
+            }
+            if let Some(p) = &state.post_deployment {
+                lines.push(format!(
+                    "    post-deployment checks of {}: {}",
+                    p.version,
+                    p.passed_at
+                        .map(|t| format!("passed at {}", moment(t)))
+                        .unwrap_or_else(|| "running".to_owned())
+                ));
+            }
+        }
+        if !state.last_jobs.is_empty() {
+            lines.push("  last jobs:".to_owned());
+            for job in &state.last_jobs {
+                lines.push(format!(
+                    "    {} of {} (attempt {}): {}{} at {}, took {}ms",
+                    job.kind,
+                    job.version,
+                    job.attempt,
+                    job.outcome,
+                    job.exit_code.map(|c| format!(" {c}")).unwrap_or_default(),
+                    moment(job.finished_at),
+                    job.duration_ms
+                ));
+                let tail: Vec<&str> = job.stderr_tail.trim_end().lines().collect();
+                for line in &tail[tail.len().saturating_sub(5)..] {
+                    lines.push(format!("      | {line}"));
+                }
+            }
+        }
+        if let Some(flight) = &state.in_flight {
+            lines.push(format!(
+                "  running: {} of {} since {}",
+                flight.kind,
+                flight.version,
+                moment(flight.dispatched_at)
+            ));
+        }
+        lines.push(format!(
+            "  next check: {}",
+            record
+                .next_check_at
+                .map(moment)
+                .unwrap_or_else(|| "none (waits for a change)".to_owned())
+        ));
+        Ok(lines)
+    }
+}
+
+impl Control {
+    /// Records that stepping an instance failed for good (a permanent error,
+    /// or a message given up on): the instance shows FAILED with the error
+    /// as its reason until someone looks at it, and the audit trail says so.
+    pub async fn record_step_failure(
+        &self,
+        key: &InstanceKey,
+        error: &str,
+        dead_lettered: bool,
+        actor: &str,
+    ) -> Result<()> {
+        let now = self.clock.now();
+        let result = self
+            .update_instance(key, |r| {
+                let from = r.state.status;
+                r.state.status = vergence_model::Status::Failed;
+                r.state.reason = if dead_lettered {
+                    format!(
+                        "Vergence gave up stepping this instance after repeated failures: {error}"
+                    )
+                } else {
+                    format!("Vergence cannot step this instance: {error}")
+                };
+                r.state.since = Some(now);
+                vec![Event::for_instance(
+                    &r.key,
+                    now,
+                    actor,
+                    EventKind::StepFailed { dead_lettered },
+                    format!("{} (was {from})", r.state.reason),
+                )]
+            })
+            .await;
+        match result {
+            // The instance is gone (removed by a config): nothing to record.
+            Err(Error::NotFound { .. }) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! What a fetch job's result says: the exit-code tier (0 = converged,
+//! 2 = drift, anything else = error) and the structured tier (JSON objects
+//! with versions and statuses).
+
+use serde::Deserialize;
+
+use vergence_model::{FetchMode, FetchVerdict, JobResult, last_line};
+
+/// Interprets a finished fetch for the desired `version`.
+pub fn interpret(mode: FetchMode, result: &JobResult, version: &str) -> (FetchVerdict, String) {
+    match mode {
+        FetchMode::ExitCode => exit_code(result),
+        FetchMode::Structured => {
+            if !result.exited_with(0) {
+                return (FetchVerdict::Error, format!("fetch {}", result.describe()));
+            }
+            structured(&result.stdout, version)
+        }
+    }
+}
+
+fn exit_code(result: &JobResult) -> (FetchVerdict, String) {
+    if result.exited_with(0) {
+        (
+            FetchVerdict::Converged,
+            "fetch exited 0: no changes needed".to_owned(),
+        )
+    } else if result.exited_with(2) {
+        let detail = last_line(&result.stdout)
+            .or_else(|| last_line(&result.stderr_tail))
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default();
+        (
+            FetchVerdict::NeedsApply,
+            format!("fetch exited 2 (changes needed){detail}"),
+        )
+    } else {
+        (FetchVerdict::Error, format!("fetch {}", result.describe()))
+    }
+}
+
+/// The structured fetch output. Keys are accepted in camelCase or snake_case.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchOutput {
+    pub objects: Vec<ObjectState>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectState {
+    pub name: String,
+    #[serde(default, alias = "object_type")]
+    pub object_type: Option<String>,
+    #[serde(default)]
+    pub versions: Vec<VersionState>,
+    #[serde(default)]
+    pub status: Option<ObjectStatus>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default, alias = "external_links")]
+    pub external_links: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionState {
+    pub version: String,
+    #[serde(default)]
+    pub active: bool,
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    #[serde(default, alias = "available_replicas")]
+    pub available_replicas: Option<i64>,
+    #[serde(default, alias = "target_replicas")]
+    pub target_replicas: Option<i64>,
+    #[serde(default)]
+    pub drifted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ObjectStatus {
+    #[serde(alias = "pending", alias = "Pending")]
+    #[serde(rename = "PENDING")]
+    Pending,
+    #[serde(alias = "succeeded", alias = "Succeeded")]
+    #[serde(rename = "SUCCEEDED")]
+    Succeeded,
+    #[serde(alias = "failed", alias = "Failed")]
+    #[serde(rename = "FAILED")]
+    Failed,
+}
+
+/// Converged when every object is SUCCEEDED and has exactly one active
+/// version, equal to the desired one and not drifted. A missing status is
+/// PENDING. Malformed output is an error that says what is wrong.
+pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
+    let output: FetchOutput = match serde_json::from_str(stdout.trim()) {
+        Ok(output) => output,
+        Err(e) => {
+            let shown: String = stdout.trim().chars().take(120).collect();
+            return (
+                FetchVerdict::Error,
+                format!(
+                    "fetch printed malformed output ({e}); expected {{\"objects\":[{{\"name\",\"versions\":[{{\"version\",\"active\"}}],\"status\"}}]}}, got {shown:?}"
+                ),
+            );
+        }
+    };
+    if output.objects.is_empty() {
+        return (
+            FetchVerdict::NeedsApply,
+            "fetch reported no objects: nothing is deployed".to_owned(),
+        );
+    }
+    let mut verdict = FetchVerdict::Converged;
+    let mut notes = Vec::new();
+    for object in &output.objects {
+        let status = object.status.unwrap_or(ObjectStatus::Pending);
+        let active: Vec<&VersionState> = object.versions.iter().filter(|v| v.active).collect();
+        let message = object
+            .message
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default();
+        let (object_verdict, note) = match (status, active.as_slice()) {
+            (ObjectStatus::Failed, _) => (
+                FetchVerdict::Failed,
+                format!("{} FAILED{message}", object.name),
+            ),
+            (_, [one]) if one.version == version && one.drifted => (
+                FetchVerdict::NeedsApply,
+                format!("{} drifted from {version}{message}", object.name),
+            ),
+            (ObjectStatus::Succeeded, [one]) if one.version == version => {
+                (FetchVerdict::Converged, String::new())
+            }
+            (ObjectStatus::Pending, [one]) if one.version == version => (
+                FetchVerdict::InProgress,
+                format!("{} is rolling out {version}{message}", object.name),
+            ),
+            (_, []) => (
+                FetchVerdict::NeedsApply,
+                format!("{} has no active version (desired {version})", object.name),
+            ),
+            (_, [one]) => (
+                FetchVerdict::NeedsApply,
+                format!("{} runs {} (desired {version})", object.name, one.version),
+            ),
+            (_, several) => (
+                FetchVerdict::NeedsApply,
+                format!(
+                    "{} has {} active versions ({}), desired only {version}",
+                    object.name,
+                    several.len(),
+                    several
+                        .iter()
+                        .map(|v| v.version.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+        };
+        verdict = worst(verdict, object_verdict);
+        if !note.is_empty() {
+            notes.push(note);
+        }
+    }
+    let summary = if notes.is_empty() {
+        format!("all {} object(s) run {version}", output.objects.len())
+    } else {
+        notes.join("; ")
+    };
+    (verdict, summary)
+}
+
+/// Combines verdicts of several objects: failure beats change beats progress.
+fn worst(a: FetchVerdict, b: FetchVerdict) -> FetchVerdict {
+    fn rank(v: FetchVerdict) -> u8 {
+        match v {
+            FetchVerdict::Converged => 0,
+            FetchVerdict::InProgress => 1,
+            FetchVerdict::NeedsApply => 2,
+            FetchVerdict::Failed => 3,
+            FetchVerdict::Error => 4,
+        }
+    }
+    if rank(b) > rank(a) { b } else { a }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: &str = r#"{"objects": [{"name": "my-service", "objectType": "my-type",
+  "versions": [{"version": "svc-1", "active": true}], "status": "SUCCEEDED"}]}"#;
+
+    #[test]
+    fn the_seed_output_is_converged_on_svc_1_and_drift_on_svc_2() {
+        assert_eq!(structured(SEED, "svc-1").0, FetchVerdict::Converged);
+        let (verdict, summary) = structured(SEED, "svc-2");
+        assert_eq!(verdict, FetchVerdict::NeedsApply);
+        assert_eq!(summary, "my-service runs svc-1 (desired svc-2)");
+    }
+
+    #[test]
+    fn snake_case_keys_and_missing_status_are_accepted() {
+        let out = r#"{"objects":[{"name":"a","object_type":"x","versions":[{"version":"v","active":true,"available_replicas":1}]}]}"#;
+        assert_eq!(
+            structured(out, "v"),
+            (FetchVerdict::InProgress, "a is rolling out v".to_owned())
+        );
+    }
+
+    #[test]
+    fn drifted_failed_and_multiple_active_versions() {
+        let drifted = r#"{"objects":[{"name":"a","versions":[{"version":"v","active":true,"drifted":true}],"status":"SUCCEEDED"}]}"#;
+        assert_eq!(structured(drifted, "v").0, FetchVerdict::NeedsApply);
+        let failed = r#"{"objects":[{"name":"a","versions":[{"version":"v","active":true}],"status":"FAILED","message":"crashloop"}]}"#;
+        assert_eq!(
+            structured(failed, "v"),
+            (FetchVerdict::Failed, "a FAILED (crashloop)".to_owned())
+        );
+        let two = r#"{"objects":[{"name":"a","versions":[{"version":"v","active":true},{"version":"u","active":true}],"status":"SUCCEEDED"}]}"#;
+        assert!(structured(two, "v").1.contains("2 active versions"));
+    }
+
+    #[test]
+    fn malformed_output_is_an_error_that_says_what_was_expected() {
+        let (verdict, summary) = structured("deploying... done", "v");
+        assert_eq!(verdict, FetchVerdict::Error);
+        assert!(
+            summary.starts_with("fetch printed malformed output"),
+            "{summary}"
+        );
+        assert!(summary.contains("\"deploying... done\""), "{summary}");
+        let (verdict, summary) = structured(r#"{"objects":[{"versions":[]}]}"#, "v");
+        assert_eq!(verdict, FetchVerdict::Error);
+        assert!(summary.contains("missing field `name`"), "{summary}");
+    }
+}

@@ -1,0 +1,383 @@
+//! Gates an apply must pass: preconditions (upstream release channel
+//! stable, manual approval) and the runtime's approval-before-apply. Every
+//! closed gate says why, what it waits on and when to look again.
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::Facts;
+use vergence_model::{
+    Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
+    InstanceRecord, InstanceState, Lifecycle, Precondition, ProtectionCheck, ReleaseChannelName,
+    Status, WaitCause, WindowVerdict,
+};
+
+/// What a step needs to know about another release channel of the service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamView {
+    pub status: Status,
+    pub reason: String,
+    pub current_version: Option<String>,
+    pub converged_at: Option<Timestamp>,
+    /// The version that failed (or was rolled back) there, if any.
+    pub failed_version: Option<String>,
+    /// Post-deployment checks of the current version are still running.
+    pub checks_pending: bool,
+}
+
+impl UpstreamView {
+    pub fn of(record: &InstanceRecord) -> Self {
+        let state = &record.state;
+        Self {
+            status: state.status,
+            reason: state.reason.clone(),
+            current_version: state.current_version.clone(),
+            converged_at: state.converged_at,
+            failed_version: state
+                .rollback
+                .as_ref()
+                .map(|r| r.failed_version.clone())
+                .or_else(|| {
+                    state
+                        .target
+                        .as_ref()
+                        .filter(|t| t.failed.is_some())
+                        .map(|t| t.version.clone())
+                }),
+            checks_pending: state
+                .post_deployment
+                .as_ref()
+                .is_some_and(|p| p.passed_at.is_none()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    Open,
+    Closed {
+        status: Status,
+        reason: String,
+        wait: WaitCause,
+        recheck_at: Option<Timestamp>,
+    },
+    /// A protection has no fresh result: run it, then decide.
+    Check {
+        protection: String,
+    },
+    /// A FAIL protection failed: the version fails here.
+    Fail {
+        reason: String,
+    },
+}
+
+/// Evaluates everything an apply must pass, in this order: pause,
+/// preconditions as written (pre-approval protections just before the first
+/// approval), the runtime's approval before apply, time windows, then
+/// deployment protections. The first gate that is not open is reported.
+pub fn evaluate(
+    spec: &CompiledInstance,
+    facts: &Facts,
+    state: &InstanceState,
+    controls: &InstanceControls,
+) -> Gate {
+    all(spec, facts, state, controls)
+        .into_iter()
+        .map(|(_, gate)| gate)
+        .find(|gate| *gate != Gate::Open)
+        .unwrap_or(Gate::Open)
+}
+
+/// Every gate in order with its verdict, for `explain`.
+pub fn all(
+    spec: &CompiledInstance,
+    facts: &Facts,
+    state: &InstanceState,
+    controls: &InstanceControls,
+) -> Vec<(String, Gate)> {
+    let mut gates = Vec::new();
+    let paused = match &controls.paused {
+        Some(paused) => Gate::Closed {
+            status: Status::Paused,
+            reason: format!(
+                "paused by {} at {}; fetches go on, applies wait (vergence resume --app {} --service {} --release-channel {})",
+                paused.actor,
+                super::moment(paused.at),
+                spec.key.application,
+                spec.key.service,
+                spec.key.release_channel
+            ),
+            wait: WaitCause::Person,
+            recheck_at: None,
+        },
+        None => Gate::Open,
+    };
+    gates.push(("pause".to_owned(), paused));
+    let version = spec.version.as_str();
+    let plan = state.plan.as_ref().filter(|p| p.version == version);
+    let approved = |a: &&Approval| {
+        a.version == version
+            && plan.is_none_or(|p| a.plan_sha256.as_deref() == Some(p.sha256.as_str()))
+    };
+    let what = match plan {
+        Some(p) => format!("{version} with plan {}", p.short()),
+        None => version.to_owned(),
+    };
+    let approve_cmd = format!(
+        "vergence approve --app {} --release-channel {} --service {}",
+        spec.key.application, spec.key.release_channel, spec.key.service
+    );
+    let pre_approval = |gates: &mut Vec<(String, Gate)>| {
+        for (name, gate) in protections(spec, "preApproval", facts, state) {
+            gates.push((name, gate));
+        }
+    };
+    let mut pre_approval_done = false;
+    for precondition in &spec.preconditions {
+        match precondition {
+            Precondition::ReleaseChannelStable {
+                release_channel,
+                duration,
+            } => gates.push((
+                format!("releaseChannelStable {release_channel}"),
+                stable(release_channel, *duration, version, facts),
+            )),
+            Precondition::ManualApproval { name } => {
+                if !pre_approval_done {
+                    pre_approval_done = true;
+                    pre_approval(&mut gates);
+                }
+                let gate = if facts.approvals.iter().any(|a| approved(&a)) {
+                    Gate::Open
+                } else {
+                    Gate::Closed {
+                        status: Status::WaitingApproval,
+                        reason: format!(
+                            "waiting for manual approval {name} of {what} ({approve_cmd})"
+                        ),
+                        wait: WaitCause::Person,
+                        recheck_at: None,
+                    }
+                };
+                gates.push((format!("manualApproval {name}"), gate));
+            }
+        }
+    }
+    if !pre_approval_done {
+        pre_approval(&mut gates);
+    }
+    if spec.require_approval_before_apply {
+        let gate = if facts.approvals.iter().any(|a| approved(&a)) {
+            Gate::Open
+        } else {
+            let show = if plan.is_some() {
+                format!(
+                    "; see the plan with vergence status --service {}",
+                    spec.key.service
+                )
+            } else {
+                String::new()
+            };
+            Gate::Closed {
+                status: Status::WaitingApproval,
+                reason: format!(
+                    "runtime {} requires approval before applying {what} ({approve_cmd}){show}",
+                    spec.runtime
+                ),
+                wait: WaitCause::Person,
+                recheck_at: None,
+            }
+        };
+        gates.push(("requireApprovalBeforeApply".to_owned(), gate));
+    }
+    if !spec.windows.is_empty() {
+        let gate = match spec.windows.evaluate(facts.now) {
+            WindowVerdict::Open { .. } => Gate::Open,
+            WindowVerdict::Closed { reason, opens_at } => Gate::Closed {
+                status: Status::Blocked,
+                reason: format!("blocked: {reason}"),
+                wait: opens_at.map_or(WaitCause::Person, |until| WaitCause::Time { until }),
+                recheck_at: opens_at,
+            },
+        };
+        gates.push(("time windows".to_owned(), gate));
+    }
+    gates.extend(protections(spec, "deployment", facts, state));
+    gates
+}
+
+fn stable(
+    channel: &ReleaseChannelName,
+    duration: Option<SignedDuration>,
+    version: &str,
+    facts: &Facts,
+) -> Gate {
+    match facts.upstream.get(channel) {
+        None => closed_upstream(
+            channel,
+            format!(
+                "waiting for release channel {channel}, where this service has no instance yet"
+            ),
+        ),
+        Some(up) if up.failed_version.as_deref() == Some(version) => closed_upstream(
+            channel,
+            format!(
+                "{version} failed in {channel}; it will not be promoted ({})",
+                up.reason
+            ),
+        ),
+        Some(up)
+            if up.status == Status::Converged && up.current_version.as_deref() == Some(version) =>
+        {
+            if up.checks_pending {
+                return closed_upstream(
+                    channel,
+                    format!(
+                        "waiting for {channel}'s post-deployment checks of {version} ({})",
+                        up.reason
+                    ),
+                );
+            }
+            soak(channel, up, duration, facts.now)
+        }
+        Some(up) => closed_upstream(
+            channel,
+            format!(
+                "waiting for {channel} to converge on {version} ({channel} is {}: {})",
+                up.status, up.reason
+            ),
+        ),
+    }
+}
+
+/// The protections of one lifecycle point, before an apply.
+fn protections(
+    spec: &CompiledInstance,
+    at: &str,
+    facts: &Facts,
+    state: &InstanceState,
+) -> Vec<(String, Gate)> {
+    spec.protections_at(at)
+        .map(|protection| {
+            (
+                format!("protection {} ({at})", protection.name),
+                protection_gate(protection, facts, state),
+            )
+        })
+        .collect()
+}
+
+fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &InstanceState) -> Gate {
+    let behavior = match protection.lifecycle {
+        Lifecycle::Deployment { failure_behavior } => failure_behavior,
+        _ => FailureBehavior::Block,
+    };
+    let (passed, summary, next) = match &protection.check {
+        ProtectionCheck::Alert { alert } => match facts.alerts.get(alert) {
+            Some(a) if a.firing => (
+                false,
+                format!(
+                    "alert {alert} is firing since {} (set by {}{})",
+                    super::moment(a.since),
+                    a.actor,
+                    a.summary
+                        .as_deref()
+                        .map(|s| format!(": {s}"))
+                        .unwrap_or_default()
+                ),
+                None,
+            ),
+            _ => (true, String::new(), None),
+        },
+        ProtectionCheck::Job { .. } => {
+            let key = protection.key();
+            match state.protections.get(&key) {
+                Some(seen) if facts.now < after(seen.at, protection.poll_interval) => (
+                    seen.passed,
+                    seen.summary.clone(),
+                    Some(after(seen.at, protection.poll_interval)),
+                ),
+                _ => return Gate::Check { protection: key },
+            }
+        }
+    };
+    if passed {
+        return Gate::Open;
+    }
+    let reason = format!(
+        "protection {} ({}, {} of {}) is failing: {summary}",
+        protection.name,
+        protection.lifecycle.as_str(),
+        match behavior {
+            FailureBehavior::Block => "BLOCK",
+            FailureBehavior::Fail => "FAIL",
+        },
+        protection.attached_to
+    );
+    if behavior == FailureBehavior::Fail {
+        return Gate::Fail { reason };
+    }
+    Gate::Closed {
+        status: Status::Blocked,
+        reason: format!(
+            "blocked: {reason}{}",
+            next.map(|n| format!("; checking again at {}", super::moment(n)))
+                .unwrap_or_default()
+        ),
+        wait: next.map_or(WaitCause::Person, |until| WaitCause::Time { until }),
+        recheck_at: next,
+    }
+}
+
+fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
+    at.checked_add(by).unwrap_or(Timestamp::MAX)
+}
+
+fn closed_upstream(channel: &ReleaseChannelName, reason: String) -> Gate {
+    Gate::Closed {
+        status: Status::WaitingPreconditions,
+        reason,
+        wait: WaitCause::Upstream {
+            release_channel: channel.clone(),
+        },
+        recheck_at: None,
+    }
+}
+
+fn soak(
+    channel: &ReleaseChannelName,
+    up: &UpstreamView,
+    duration: Option<SignedDuration>,
+    now: Timestamp,
+) -> Gate {
+    let (Some(duration), Some(since)) = (duration, up.converged_at) else {
+        return Gate::Open;
+    };
+    let elapsed = now.duration_since(since);
+    if elapsed >= duration {
+        return Gate::Open;
+    }
+    let until = since.checked_add(duration).unwrap_or(now);
+    Gate::Closed {
+        status: Status::WaitingPreconditions,
+        reason: format!(
+            "{channel} stable for {} of {}",
+            human(elapsed.max(SignedDuration::ZERO)),
+            human(duration)
+        ),
+        wait: WaitCause::Time { until },
+        recheck_at: Some(until),
+    }
+}
+
+/// Durations as people say them: `4m`, `1h 30m`, `45s`.
+pub fn human(duration: SignedDuration) -> String {
+    let secs = duration.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}

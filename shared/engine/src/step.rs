@@ -1,0 +1,310 @@
+//! `Engine::step`: one idempotent convergence attempt for one instance.
+//!
+//! Load, decide, persist (conditional on the revision read, with the new
+//! jobs and events in the same write), then dispatch. A job is recorded
+//! before it is dispatched and claimed before it is handed to a runner, so a
+//! redelivered message or a second worker never starts it twice.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use tracing::{debug, instrument, warn};
+
+use super::{Decision, Facts, Settled, UpstreamView, decide, settled};
+use vergence_model::error::{Error, Result};
+use vergence_model::ports::{
+    Clock, InstanceChange, InstanceCommit, JobResultSink, Runner, StateStore, WorkItem, WorkQueue,
+};
+use vergence_model::{
+    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState, Precondition,
+    ProtectionCheck, Status,
+};
+
+/// Conflicting writers are rare (a config push racing a step); a few
+/// re-reads settle them.
+const MAX_CONFLICT_RETRIES: usize = 5;
+
+/// What one step did.
+#[derive(Clone, Debug, Default)]
+pub struct StepReport {
+    /// The instance's status after the step (`None`: it no longer exists).
+    pub status: Option<Status>,
+    pub events: Vec<Event>,
+    pub dispatched: Vec<JobId>,
+    pub next_check_at: Option<Timestamp>,
+    /// Whether the instance can get further by itself (see [`settled`]).
+    pub settled: Option<Settled>,
+}
+
+/// Runs convergence steps against the injected ports.
+#[derive(Clone)]
+pub struct Engine {
+    store: Arc<dyn StateStore>,
+    queue: Arc<dyn WorkQueue>,
+    runner: Arc<dyn Runner>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn StateStore>,
+        queue: Arc<dyn WorkQueue>,
+        runner: Arc<dyn Runner>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            queue,
+            runner,
+            clock,
+        }
+    }
+
+    /// One convergence step for `key`.
+    #[instrument(skip(self), fields(application = %key.application, service = %key.service, release_channel = %key.release_channel))]
+    pub async fn step(&self, key: &InstanceKey) -> Result<StepReport> {
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let Some(record) = self.store.get_instance(key).await? else {
+                return Ok(StepReport::default());
+            };
+            self.redispatch_unclaimed(&record).await?;
+            let now = self.clock.now();
+            let facts = self.facts(&record, now).await?;
+            let decision = decide(&record, &facts);
+            if decision.is_noop(&record) {
+                return Ok(StepReport {
+                    status: Some(record.state.status),
+                    next_check_at: record.next_check_at,
+                    settled: Some(settled(&record)),
+                    ..StepReport::default()
+                });
+            }
+            match self.persist(&record, &decision, now).await {
+                Ok((events, stored)) => {
+                    for job in &decision.jobs {
+                        self.dispatch(job).await?;
+                    }
+                    self.schedule(key, &decision, now).await?;
+                    debug!(status = %decision.state.status, revision = record.revision + 1, "stepped");
+                    return Ok(StepReport {
+                        status: Some(decision.state.status),
+                        events,
+                        dispatched: decision.jobs.iter().map(|j| j.id.clone()).collect(),
+                        next_check_at: decision.next_check_at,
+                        settled: Some(settled(&stored)),
+                    });
+                }
+                Err(Error::Conflict { what }) => {
+                    debug!(%what, "lost a race; deciding again from fresh state");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Conflict {
+            what: format!("instance {key} (still changing after {MAX_CONFLICT_RETRIES} attempts)"),
+        })
+    }
+
+    async fn persist(
+        &self,
+        record: &InstanceRecord,
+        decision: &Decision,
+        now: Timestamp,
+    ) -> Result<(Vec<Event>, InstanceRecord)> {
+        let mut next = record.clone();
+        next.state = decision.state.clone();
+        next.next_check_at = decision.next_check_at;
+        next.updated_at = now;
+        let mut events = decision.events.clone();
+        let scope = format!("{}@{}", record.key.storage_id(), record.revision + 1);
+        Event::assign_ids(&mut events, &scope);
+        next.revision = self
+            .store
+            .commit(InstanceCommit {
+                change: InstanceChange::Put(Box::new(next.clone())),
+                expected_revision: Some(record.revision),
+                new_jobs: decision.jobs.clone(),
+                events: events.clone(),
+            })
+            .await?;
+        Ok((events, next))
+    }
+
+    async fn facts(&self, record: &InstanceRecord, now: Timestamp) -> Result<Facts> {
+        let mut facts = load_facts(self.store.as_ref(), record, now).await?;
+        if let Some(flight) = &record.state.in_flight {
+            facts.finished_job = self.finished_job(&flight.job_id, now).await?;
+        }
+        Ok(facts)
+    }
+
+    /// The in-flight job if it has a result, asking runners that can only
+    /// be polled.
+    async fn finished_job(&self, id: &JobId, now: Timestamp) -> Result<Option<JobRecord>> {
+        let Some(job) = self.store.get_job(id).await? else {
+            return Ok(None);
+        };
+        if job.result().is_some() {
+            return Ok(Some(job));
+        }
+        if !matches!(job.state, JobState::Dispatched { .. }) {
+            return Ok(None);
+        }
+        match self.runner.poll(&job).await {
+            Ok(Some(result)) => {
+                self.store.finish_job(id, &result).await?;
+                self.store.get_job(id).await
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                warn!(job = %id, error = %e, at = %now, "polling the runner failed; will ask again");
+                Ok(None)
+            }
+        }
+    }
+
+    /// A job recorded by a step whose worker died before dispatching it is
+    /// dispatched now instead of waiting for its deadline.
+    async fn redispatch_unclaimed(&self, record: &InstanceRecord) -> Result<()> {
+        let Some(flight) = &record.state.in_flight else {
+            return Ok(());
+        };
+        if let Some(job) = self.store.get_job(&flight.job_id).await?
+            && job.state == JobState::Created
+        {
+            self.dispatch(&job).await?;
+        }
+        Ok(())
+    }
+
+    async fn dispatch(&self, job: &JobRecord) -> Result<()> {
+        let now = self.clock.now();
+        if !self.store.claim_job(&job.id, now).await? {
+            debug!(job = %job.id, "already dispatched elsewhere");
+            return Ok(());
+        }
+        if let Err(e) = self.runner.dispatch(job).await {
+            // The job never started; its result says so and the engine
+            // treats it like any failed attempt.
+            warn!(job = %job.id, error = %e, "dispatch failed");
+            let result = JobResult::not_started(e.to_string(), now);
+            if self.store.finish_job(&job.id, &result).await? {
+                self.queue
+                    .enqueue(&[WorkItem {
+                        instance: job.instance.clone(),
+                        not_before: now,
+                    }])
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn schedule(&self, key: &InstanceKey, decision: &Decision, now: Timestamp) -> Result<()> {
+        let mut items = Vec::new();
+        if let Some(at) = decision.next_check_at {
+            items.push(WorkItem {
+                instance: key.clone(),
+                not_before: at,
+            });
+        }
+        for channel in &decision.wake {
+            items.push(WorkItem {
+                instance: key.in_channel(channel),
+                not_before: now,
+            });
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.queue.enqueue(&items).await
+    }
+}
+
+/// Records results reported by runners and asks for the instance to be
+/// stepped, so results flow back through the same path for every runner.
+#[derive(Clone)]
+pub struct JobCompletion {
+    store: Arc<dyn StateStore>,
+    queue: Arc<dyn WorkQueue>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for JobCompletion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobCompletion").finish_non_exhaustive()
+    }
+}
+
+impl JobCompletion {
+    pub fn new(
+        store: Arc<dyn StateStore>,
+        queue: Arc<dyn WorkQueue>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            queue,
+            clock,
+        }
+    }
+}
+
+#[async_trait]
+impl JobResultSink for JobCompletion {
+    async fn job_finished(&self, job: &JobRecord, result: JobResult) -> Result<()> {
+        if self.store.finish_job(&job.id, &result).await? {
+            self.queue
+                .enqueue(&[WorkItem {
+                    instance: job.instance.clone(),
+                    not_before: self.clock.now(),
+                }])
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The facts a decision about `record` depends on, from the store: the
+/// upstream channels, approvals and alerts it refers to (not its finished job).
+pub async fn load_facts(
+    store: &dyn StateStore,
+    record: &InstanceRecord,
+    now: Timestamp,
+) -> Result<Facts> {
+    let mut facts = Facts::at(now);
+    let Some(spec) = record.desired.compiled() else {
+        return Ok(facts);
+    };
+    for channel in Precondition::upstream_channels(&spec.preconditions) {
+        if let Some(upstream) = store.get_instance(&record.key.in_channel(channel)).await? {
+            facts
+                .upstream
+                .insert(channel.clone(), UpstreamView::of(&upstream));
+        }
+    }
+    let needs_approvals = spec.require_approval_before_apply
+        || spec
+            .preconditions
+            .iter()
+            .any(|p| matches!(p, Precondition::ManualApproval { .. }));
+    if needs_approvals {
+        facts.approvals = store.list_approvals(&record.key).await?;
+    }
+    for protection in &spec.protections {
+        if let ProtectionCheck::Alert { alert } = &protection.check
+            && !facts.alerts.contains_key(alert)
+            && let Some(state) = store.get_alert(alert).await?
+        {
+            facts.alerts.insert(alert.clone(), state);
+        }
+    }
+    Ok(facts)
+}

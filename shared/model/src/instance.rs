@@ -1,0 +1,419 @@
+//! Service instances (service × release channel): their identity, status and
+//! the state the convergence engine keeps between steps.
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use std::collections::BTreeMap;
+
+use super::compiled::CompiledInstance;
+use super::job::{JobId, JobKind, JobOutcome};
+use super::names::{ApplicationName, ReleaseChannelName, ServiceName};
+use super::policy::{
+    InfoOutput, InstanceControls, PlanRecord, PostDeployment, ProtectionObservation, Rollback,
+    RollbackRequest, RollbackTarget,
+};
+use crate::hashing::stable_id;
+
+/// Identifies one service instance: a service deployed to one release channel.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceKey {
+    pub application: ApplicationName,
+    pub service: ServiceName,
+    pub release_channel: ReleaseChannelName,
+}
+
+impl InstanceKey {
+    pub fn new(
+        application: ApplicationName,
+        service: ServiceName,
+        release_channel: ReleaseChannelName,
+    ) -> Self {
+        Self {
+            application,
+            service,
+            release_channel,
+        }
+    }
+
+    /// The same service in another release channel of the application.
+    pub fn in_channel(&self, release_channel: &ReleaseChannelName) -> Self {
+        Self {
+            application: self.application.clone(),
+            service: self.service.clone(),
+            release_channel: release_channel.clone(),
+        }
+    }
+
+    /// A compact, stable string form (`app/service/channel`) used as a storage key.
+    pub fn storage_id(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.application, self.service, self.release_channel
+        )
+    }
+
+    /// Parses the form produced by [`InstanceKey::storage_id`].
+    pub fn parse_storage_id(raw: &str) -> Result<Self, String> {
+        let mut parts = raw.split('/');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(app), Some(svc), Some(rc), None) => Ok(Self {
+                application: ApplicationName::parse(app)?,
+                service: ServiceName::parse(svc)?,
+                release_channel: ReleaseChannelName::parse(rc)?,
+            }),
+            _ => Err(format!(
+                "{raw:?} is not an instance id of the form application/service/release-channel"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for InstanceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}@{}",
+            self.application, self.service, self.release_channel
+        )
+    }
+}
+
+/// Stable identifiers handed to jobs (`VERGENCE_*_ID`), derived from names so
+/// they survive config edits and never need to be stored separately.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceIds {
+    pub application_id: String,
+    pub release_channel_id: String,
+    pub service_id: String,
+}
+
+impl InstanceIds {
+    /// Ids derived from names: stable across config edits, unique per scope.
+    pub fn of(key: &InstanceKey) -> Self {
+        let app = key.application.as_str();
+        Self {
+            application_id: stable_id("application", app),
+            release_channel_id: stable_id(
+                "release-channel",
+                &format!("{app}/{}", key.release_channel),
+            ),
+            service_id: stable_id("service", &format!("{app}/{}", key.service)),
+        }
+    }
+}
+
+/// The status vocabulary shown to users.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    Pending,
+    WaitingPreconditions,
+    WaitingApproval,
+    Blocked,
+    Applying,
+    Verifying,
+    Converged,
+    Drifted,
+    Failed,
+    RollingBack,
+    RolledBack,
+    Paused,
+}
+
+impl Status {
+    pub const ALL: [Status; 12] = [
+        Status::Pending,
+        Status::WaitingPreconditions,
+        Status::WaitingApproval,
+        Status::Blocked,
+        Status::Applying,
+        Status::Verifying,
+        Status::Converged,
+        Status::Drifted,
+        Status::Failed,
+        Status::RollingBack,
+        Status::RolledBack,
+        Status::Paused,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::WaitingPreconditions => "WAITING_PRECONDITIONS",
+            Status::WaitingApproval => "WAITING_APPROVAL",
+            Status::Blocked => "BLOCKED",
+            Status::Applying => "APPLYING",
+            Status::Verifying => "VERIFYING",
+            Status::Converged => "CONVERGED",
+            Status::Drifted => "DRIFTED",
+            Status::Failed => "FAILED",
+            Status::RollingBack => "ROLLING_BACK",
+            Status::RolledBack => "ROLLED_BACK",
+            Status::Paused => "PAUSED",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the desired state of an instance is, as far as the compiler can tell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Desired {
+    /// Fully resolved: the engine can converge it.
+    Ready(Box<CompiledInstance>),
+    /// The config is valid but something only a release can give is missing
+    /// (a service parameter without a default, for example).
+    Unresolved { reason: String },
+}
+
+impl Desired {
+    pub fn compiled(&self) -> Option<&CompiledInstance> {
+        match self {
+            Desired::Ready(compiled) => Some(compiled),
+            Desired::Unresolved { .. } => None,
+        }
+    }
+
+    pub fn version(&self) -> Option<&str> {
+        self.compiled().map(|c| c.version.as_str())
+    }
+}
+
+/// One stored instance: its desired state (written when config or releases
+/// change) and the engine's state (written by convergence steps). Every write
+/// is conditional on `revision`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceRecord {
+    pub key: InstanceKey,
+    /// Incremented by the store on every write; 0 before the first write.
+    pub revision: u64,
+    /// Hash of the config snapshot the desired state was compiled from.
+    pub config_hash: String,
+    pub desired: Desired,
+    pub state: InstanceState,
+    /// When the engine wants to look at this instance again, if ever.
+    pub next_check_at: Option<Timestamp>,
+    /// Pause and pin, set by operators.
+    #[serde(default)]
+    pub controls: InstanceControls,
+    pub updated_at: Timestamp,
+}
+
+/// Why an instance is not progressing by itself, so callers such as
+/// `vergence up` know whether waiting longer can help.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "on")]
+pub enum WaitCause {
+    /// A person must act (an approval).
+    Person,
+    /// Only time helps (a soak, a window, a backoff measured in minutes).
+    Time { until: Timestamp },
+    /// Another release channel of the same service must get there first.
+    Upstream { release_channel: ReleaseChannelName },
+    /// A release with the missing parameter values must be pushed.
+    Release,
+}
+
+/// The engine's memory of one instance between steps. Everything `decide()`
+/// needs that is not in the desired state or the facts lives here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceState {
+    pub status: Status,
+    /// A sentence a person can act on, for every status.
+    pub reason: String,
+    /// When `status` last changed.
+    pub since: Option<Timestamp>,
+    pub wait: Option<WaitCause>,
+    /// The version last seen converged (or, for apply-only runtimes, last
+    /// applied successfully).
+    pub current_version: Option<String>,
+    /// When `current_version` became converged; soaks count from here.
+    pub converged_at: Option<Timestamp>,
+    /// Progress towards the desired version.
+    pub target: Option<TargetProgress>,
+    pub in_flight: Option<InFlightJob>,
+    pub last_fetch: Option<FetchObservation>,
+    /// The latest finished job of each kind, for `status` and `explain`.
+    #[serde(default)]
+    pub last_jobs: Vec<JobSummary>,
+    /// Counter that makes job ids unique per instance; also orders jobs, so
+    /// "this fetch ran after that apply" never depends on clocks.
+    pub job_seq: u64,
+    /// Set by `vergence up` and manual retries: the next step fetches again
+    /// instead of trusting the last observation.
+    #[serde(default)]
+    pub checks_requested: bool,
+    /// Latest result of each protection ([`CompiledProtection::key`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub protections: BTreeMap<String, ProtectionObservation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_deployment: Option<PostDeployment>,
+    /// The latest version that converged and passed its checks: where an
+    /// automatic rollback goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good: Option<Box<RollbackTarget>>,
+    /// The good version before `last_good`: where a manual rollback goes
+    /// once the last good one is the desired one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_good: Option<Box<RollbackTarget>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<Rollback>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_request: Option<RollbackRequest>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub info: Vec<InfoOutput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRecord>,
+}
+
+impl InstanceState {
+    /// The state of an instance the engine has not looked at yet.
+    pub fn new_pending(reason: impl Into<String>) -> Self {
+        Self {
+            status: Status::Pending,
+            reason: reason.into(),
+            since: None,
+            wait: None,
+            current_version: None,
+            converged_at: None,
+            target: None,
+            in_flight: None,
+            last_fetch: None,
+            last_jobs: Vec::new(),
+            job_seq: 0,
+            checks_requested: false,
+            protections: BTreeMap::new(),
+            post_deployment: None,
+            last_good: None,
+            previous_good: None,
+            rollback: None,
+            rollback_request: None,
+            info: Vec::new(),
+            info_at: None,
+            plan: None,
+        }
+    }
+
+    pub fn last_job(&self, kind: JobKind) -> Option<&JobSummary> {
+        self.last_jobs.iter().find(|j| j.kind == kind)
+    }
+}
+
+/// Attempts and results for one desired version; reset when it changes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetProgress {
+    pub version: String,
+    pub since: Timestamp,
+    /// Applies dispatched for this version.
+    pub apply_attempts: u32,
+    /// Applies that failed and count against the retry policy.
+    pub apply_failures: u32,
+    /// Consecutive retryable exits; they space retries but never fail the version.
+    pub retryable_exits: u32,
+    pub apply_started_at: Option<Timestamp>,
+    /// When the latest apply of this version finished successfully.
+    pub applied_at: Option<Timestamp>,
+    /// Job sequence number of that apply: fetches after it verify it.
+    pub applied_seq: Option<u64>,
+    pub retry_at: Option<Timestamp>,
+    /// Consecutive fetch errors.
+    pub fetch_failures: u32,
+    /// The latest counted failure, shown while waiting to retry.
+    pub last_failure: Option<String>,
+    /// Set when the retry policy is exhausted: the version is not applied
+    /// again until a new version or a manual retry.
+    pub failed: Option<String>,
+}
+
+impl TargetProgress {
+    pub fn new(version: impl Into<String>, since: Timestamp) -> Self {
+        Self {
+            version: version.into(),
+            since,
+            apply_attempts: 0,
+            apply_failures: 0,
+            retryable_exits: 0,
+            apply_started_at: None,
+            applied_at: None,
+            applied_seq: None,
+            retry_at: None,
+            fetch_failures: 0,
+            last_failure: None,
+            failed: None,
+        }
+    }
+}
+
+/// The job an instance is waiting on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlightJob {
+    pub job_id: JobId,
+    pub seq: u64,
+    pub kind: JobKind,
+    pub version: String,
+    pub attempt: u32,
+    pub dispatched_at: Timestamp,
+    /// After this the job is presumed lost (runner died, message dropped).
+    pub deadline: Timestamp,
+    /// For protection jobs: which protection ([`CompiledProtection::key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protection: Option<String>,
+}
+
+/// What the latest fetch said about the desired version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchObservation {
+    pub at: Timestamp,
+    /// Sequence number of the fetch job.
+    pub seq: u64,
+    pub version: String,
+    pub verdict: FetchVerdict,
+    pub summary: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FetchVerdict {
+    /// The runtime is at the desired version: nothing to do.
+    Converged,
+    /// The runtime differs from the desired version: apply.
+    NeedsApply,
+    /// A rollout is under way; look again later without applying.
+    InProgress,
+    /// The runtime reports the rollout failed.
+    Failed,
+    /// The fetch itself failed; nothing is known (never treated as drift).
+    Error,
+}
+
+/// A finished job, kept on the instance for `status` and `explain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSummary {
+    pub job_id: JobId,
+    pub kind: JobKind,
+    pub version: String,
+    pub attempt: u32,
+    pub outcome: JobOutcome,
+    pub exit_code: Option<i32>,
+    pub finished_at: Timestamp,
+    pub duration_ms: u64,
+    pub stderr_tail: String,
+}

@@ -1,0 +1,38 @@
+//! Vergence's domain model, shared by the compiler, the engine and every
+//! adapter: validated names, service instances and their state, jobs,
+//! events, delivery policies, the [`ports`] adapters implement, the one
+//! [`Error`] type of the core, and config [`diagnostics`].
+//!
+//! This crate depends on no YAML, cloud, Kubernetes or HTTP library; the
+//! compiler (`vergence-compiler`) and the engine (`vergence-engine`) build
+//! on it, and neither sees the other.
+
+pub mod bundle;
+pub mod compiled;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod diagnostics;
+pub mod error;
+pub mod event;
+pub mod hashing;
+pub mod instance;
+pub mod job;
+pub mod names;
+pub mod policy;
+pub mod ports;
+pub mod release;
+pub mod token;
+pub mod window;
+
+pub use bundle::ConfigBundle;
+pub use compiled::*;
+pub use diagnostics::{ConfigError, ConfigErrors, Positions, Source};
+pub use error::{Error, Result};
+pub use event::*;
+pub use instance::*;
+pub use job::*;
+pub use names::*;
+pub use policy::*;
+pub use release::*;
+pub use token::*;
+pub use window::*;

@@ -1,0 +1,367 @@
+//! Ports: the narrow interfaces the core needs from the outside world.
+//! Adapters (SQLite, DynamoDB, SQS, local processes, containers) implement
+//! them; the core only ever sees these traits, injected as `Arc<dyn …>`.
+//!
+//! The store is split by what a caller needs, so a function's signature (and
+//! the IAM policy of the Lambda running it) shows which rights it uses.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::bundle::ConfigBundle;
+use crate::error::Result;
+use crate::{
+    AlertState, ApiToken, ApplicationName, Approval, Desired, Event, EventFilter, InstanceKey,
+    InstanceRecord, JobId, JobRecord, JobResult, ParamValue, Release, ReleaseChannelName,
+    ServiceName,
+};
+
+/// The compiler, as the control operations need it. Implemented by
+/// `vergence-compiler` and injected, so the engine never sees YAML.
+pub trait Compiler: Send + Sync {
+    /// Checks every document of `bundle` against the others. A config with
+    /// problems is [`crate::Error::Config`] listing all of them.
+    fn compile(&self, bundle: &ConfigBundle) -> Result<Arc<dyn CompiledConfig>>;
+}
+
+/// A config that passed every check, ready to give each service instance
+/// its desired state.
+pub trait CompiledConfig: Send + Sync + fmt::Debug {
+    /// Content hash of the bundle it was compiled from.
+    fn hash(&self) -> &str;
+    fn applications(&self) -> Vec<ApplicationName>;
+    fn runtime_count(&self) -> usize;
+    /// Every service, with its application, in a stable order.
+    fn services(&self) -> Vec<(ApplicationName, ServiceName)>;
+    /// Every instance the config defines, in a stable order.
+    fn instance_keys(&self) -> Vec<InstanceKey>;
+    /// The application's release channels in promotion order.
+    fn promotion_order(&self, application: &ApplicationName) -> Vec<ReleaseChannelName>;
+    /// The application of a service named without one: the only one that has it.
+    fn application_of(&self, service: &ServiceName) -> Result<ApplicationName>;
+    /// Types raw `NAME=VALUE` release parameters against the service's
+    /// declarations; unknown names and missing required values are errors.
+    fn release_params(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, ParamValue>>;
+    /// Fingerprint of everything the service's jobs run with these release
+    /// parameters; a release records it so a later config change shows.
+    fn fingerprint(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        params: &BTreeMap<String, ParamValue>,
+    ) -> Result<String>;
+    /// The desired state of every instance of a service, running `release`
+    /// (or the config-derived version without one).
+    fn compile_service(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        release: Option<&Release>,
+    ) -> Result<Vec<(InstanceKey, Desired)>>;
+}
+
+/// An immutable, content-hashed config as it was applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSnapshot {
+    pub hash: String,
+    pub bundle: ConfigBundle,
+    pub created_at: Timestamp,
+    pub actor: String,
+}
+
+/// Each application's release channels in promotion order.
+pub type ChannelOrder = BTreeMap<ApplicationName, Vec<ReleaseChannelName>>;
+
+/// The pointer to the config in force, with what reads need of that config
+/// (the applications and their channel order), so reads never compile it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentConfig {
+    pub hash: String,
+    /// Incremented by the store on every move; ignored when setting.
+    pub revision: u64,
+    #[serde(default)]
+    pub channels: ChannelOrder,
+}
+
+impl CurrentConfig {
+    /// The place of a release channel in its application's promotion order.
+    pub fn rank(
+        &self,
+        application: &ApplicationName,
+        channel: &ReleaseChannelName,
+    ) -> Option<usize> {
+        self.channels
+            .get(application)?
+            .iter()
+            .position(|c| c == channel)
+    }
+}
+
+#[async_trait]
+pub trait ConfigStore: Send + Sync {
+    /// Stores a snapshot. Idempotent: the same hash is the same content.
+    async fn put_snapshot(&self, snapshot: &ConfigSnapshot) -> Result<()>;
+    async fn get_snapshot(&self, hash: &str) -> Result<Option<ConfigSnapshot>>;
+    async fn current_config(&self) -> Result<Option<CurrentConfig>>;
+    /// Points at another snapshot (or stores new read data for the same one).
+    /// `expected_revision` is the pointer's revision as read (`None`: there
+    /// must be no pointer yet); a mismatch is [`crate::Error::Conflict`].
+    /// Returns the new revision.
+    async fn set_current_config(
+        &self,
+        next: &CurrentConfig,
+        expected_revision: Option<u64>,
+    ) -> Result<u64>;
+}
+
+/// Which instances to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstanceFilter {
+    pub application: Option<ApplicationName>,
+    pub service: Option<ServiceName>,
+    pub release_channel: Option<ReleaseChannelName>,
+}
+
+impl InstanceFilter {
+    pub fn matches(&self, key: &InstanceKey) -> bool {
+        self.application
+            .as_ref()
+            .is_none_or(|a| *a == key.application)
+            && self.service.as_ref().is_none_or(|s| *s == key.service)
+            && self
+                .release_channel
+                .as_ref()
+                .is_none_or(|rc| *rc == key.release_channel)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum InstanceChange {
+    /// Create or replace the record (its `revision` field is ignored).
+    Put(Box<InstanceRecord>),
+    Delete(InstanceKey),
+}
+
+impl InstanceChange {
+    pub fn key(&self) -> &InstanceKey {
+        match self {
+            InstanceChange::Put(record) => &record.key,
+            InstanceChange::Delete(key) => key,
+        }
+    }
+}
+
+/// One atomic write: an instance change with the jobs and events it implies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceCommit {
+    pub change: InstanceChange,
+    /// The revision read before deciding; `None` means "must not exist".
+    pub expected_revision: Option<u64>,
+    /// Jobs to record before they are dispatched. A job id that already
+    /// exists is a conflict: the same decision was already committed.
+    pub new_jobs: Vec<JobRecord>,
+    pub events: Vec<Event>,
+}
+
+#[async_trait]
+pub trait InstanceStore: Send + Sync {
+    async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>>;
+    async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>>;
+    /// Instances whose `next_check_at` is at or before `now`, earliest first.
+    async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>>;
+    /// Applies the commit atomically if the instance is still at
+    /// `expected_revision`; returns the new revision (0 after a delete).
+    async fn commit(&self, commit: InstanceCommit) -> Result<u64>;
+}
+
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>>;
+    /// Moves a job from created to dispatched. `false` when it was not in
+    /// the created state: someone else dispatched it, or it already ended.
+    async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool>;
+    /// Records a job's result once. `false` when a result was already
+    /// recorded (a duplicate report) or the job is unknown.
+    async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool>;
+}
+
+#[async_trait]
+pub trait ReleaseStore: Send + Sync {
+    /// Records a release and makes it the service's latest. Pushing the same
+    /// version again with the same parameters only makes it latest again; with
+    /// other parameters it is a [`crate::Error::Conflict`] (versions are immutable).
+    async fn put_release(&self, release: &Release) -> Result<()>;
+    async fn latest_release(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+    ) -> Result<Option<Release>>;
+    /// Newest first.
+    async fn list_releases(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        limit: usize,
+    ) -> Result<Vec<Release>>;
+}
+
+#[async_trait]
+pub trait ApprovalStore: Send + Sync {
+    async fn put_approval(&self, approval: &Approval) -> Result<()>;
+    async fn list_approvals(&self, key: &InstanceKey) -> Result<Vec<Approval>>;
+}
+
+/// API tokens, stored by id with only a hash of their secret.
+#[async_trait]
+pub trait TokenStore: Send + Sync {
+    /// Stores a new token; an existing id is a [`crate::Error::Conflict`].
+    async fn put_token(&self, token: &ApiToken) -> Result<()>;
+    async fn get_token(&self, id: &str) -> Result<Option<ApiToken>>;
+    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>>;
+    /// Returns whether a token was deleted.
+    async fn delete_token(&self, id: &str) -> Result<bool>;
+}
+
+/// Alert states pushed from outside (CLI, API, Alertmanager webhooks).
+#[async_trait]
+pub trait AlertStore: Send + Sync {
+    /// Stores the alert's state, replacing the previous one.
+    async fn put_alert(&self, alert: &AlertState) -> Result<()>;
+    async fn get_alert(&self, name: &str) -> Result<Option<AlertState>>;
+    async fn list_alerts(&self) -> Result<Vec<AlertState>>;
+}
+
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Appends events that belong to no instance commit (config applied,
+    /// release created). Events with an id already stored are skipped.
+    async fn append_events(&self, events: &[Event]) -> Result<()>;
+    /// Oldest first; with a limit, the newest `limit` events.
+    async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
+}
+
+/// Everything the engine and the control operations persist.
+pub trait StateStore:
+    ConfigStore
+    + InstanceStore
+    + JobStore
+    + ReleaseStore
+    + ApprovalStore
+    + AlertStore
+    + TokenStore
+    + EventStore
+{
+}
+
+impl<T> StateStore for T where
+    T: ConfigStore
+        + InstanceStore
+        + JobStore
+        + ReleaseStore
+        + ApprovalStore
+        + AlertStore
+        + TokenStore
+        + EventStore
+{
+}
+
+/// A request to step an instance, not before a time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkItem {
+    pub instance: InstanceKey,
+    pub not_before: Timestamp,
+}
+
+#[async_trait]
+pub trait WorkQueue: Send + Sync {
+    /// Asks for the instances to be stepped. Delivery is at least once; a
+    /// queue may also drop items far in the future, because every instance's
+    /// `next_check_at` is persisted and found again by the scheduler.
+    async fn enqueue(&self, items: &[WorkItem]) -> Result<()>;
+}
+
+/// Executes jobs. Results come back through a [`JobResultSink`] (push), or
+/// through [`Runner::poll`] for runners that can only be asked.
+#[async_trait]
+pub trait Runner: Send + Sync {
+    /// Starts the job. Must not wait for a long-running job to finish unless
+    /// the runner runs jobs inline by design.
+    async fn dispatch(&self, job: &JobRecord) -> Result<()>;
+
+    /// Asks for the result of a dispatched job; `None` while it runs.
+    async fn poll(&self, _job: &JobRecord) -> Result<Option<JobResult>> {
+        Ok(None)
+    }
+}
+
+/// Where runners report finished jobs.
+#[async_trait]
+pub trait JobResultSink: Send + Sync {
+    async fn job_finished(&self, job: &JobRecord, result: JobResult) -> Result<()>;
+}
+
+/// The time, injected so decisions are deterministic in tests.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The machine's clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: std::sync::Mutex<Timestamp>,
+}
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        Self {
+            now: std::sync::Mutex::new(start),
+        }
+    }
+
+    pub fn advance(&self, by: jiff::SignedDuration) {
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *now = now.checked_add(by).unwrap_or(*now);
+    }
+
+    pub fn set(&self, to: Timestamp) {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = to;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
