@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use vergence_model::Version;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -170,7 +171,7 @@ pub struct PinArgs {
     #[command(flatten)]
     pub instance: InstanceArgs,
     /// A released version.
-    pub version: String,
+    pub version: Version,
 }
 
 #[derive(Debug, Args)]
@@ -179,7 +180,7 @@ pub struct RollbackArgs {
     pub instance: InstanceArgs,
     /// A released version; default: the last version that converged there.
     #[arg(long)]
-    pub version: Option<String>,
+    pub version: Option<Version>,
 }
 
 #[derive(Debug, Args)]
@@ -222,10 +223,10 @@ pub struct ReleaseArgs {
         required_unless_present = "version_flag",
         conflicts_with = "version_flag"
     )]
-    pub version: Option<String>,
+    pub version: Option<Version>,
     /// The new version, as a flag (same as the positional VERSION).
     #[arg(long = "version", id = "version_flag", value_name = "VERSION")]
-    pub version_flag: Option<String>,
+    pub version_flag: Option<Version>,
     /// The service's application (needed only when several have this service).
     #[arg(long = "app", value_name = "APP")]
     pub application: Option<String>,
@@ -244,7 +245,7 @@ pub struct ApproveArgs {
     pub service: String,
     /// The version to approve [default: the instance's desired version].
     #[arg(long)]
-    pub version: Option<String>,
+    pub version: Option<Version>,
 }
 
 #[derive(Debug, Args)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
-use vergence_engine::control::Control;
+use vergence_engine::control::{Control, PauseAction};
 use vergence_engine::{Engine, JobCompletion};
 use vergence_model::ConfigBundle;
 use vergence_model::ports::{
@@ -269,8 +269,8 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
     let params = parse_params(&args.params)?;
     let version = args
         .version
-        .as_deref()
-        .or(args.version_flag.as_deref())
+        .as_ref()
+        .or(args.version_flag.as_ref())
         .ok_or_else(|| anyhow!("give the version: vergence release SERVICE VERSION"))?;
     let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
     let application = optional_name(args.application.as_deref(), "--app")?;
@@ -301,7 +301,7 @@ pub async fn approve(global: &Global, args: &ApproveArgs) -> Result<u8> {
     let local = Local::existing(global)?;
     let approval = local
         .control
-        .approve(&key, args.version.as_deref(), &actor())
+        .approve(&key, args.version.as_ref(), &actor())
         .await?;
     match &approval.plan_sha256 {
         Some(plan) => println!(
@@ -424,21 +424,16 @@ pub async fn alert(global: &Global, command: &AlertCommand) -> Result<u8> {
     Ok(0)
 }
 
-pub async fn pause(global: &Global, args: &ScopeArgs, paused: bool) -> Result<u8> {
+pub async fn pause(global: &Global, args: &ScopeArgs, action: PauseAction) -> Result<u8> {
     let local = Local::existing(global)?;
     let filter = filter(&Filter {
         application: Some(args.application.clone()),
         service: args.service.clone(),
         release_channel: args.release_channel.clone(),
     })?;
-    let keys = if paused {
-        local.control.pause(&filter, &actor()).await?
-    } else {
-        local.control.resume(&filter, &actor()).await?
-    };
-    let verb = if paused { "paused" } else { "resumed" };
+    let keys = local.control.pause(&filter, action, &actor()).await?;
     for key in &keys {
-        println!("{verb} {key}");
+        println!("{} {key}", action.done());
     }
     Ok(0)
 }
@@ -467,7 +462,7 @@ pub async fn rollback(global: &Global, args: &RollbackArgs) -> Result<u8> {
     let key = instance_key(&local, &args.instance).await?;
     local
         .control
-        .rollback(&key, args.version.as_deref(), &actor())
+        .rollback(&key, args.version.as_ref(), &actor())
         .await?;
     println!("rollback of {key} requested; `vergence up` carries it out");
     Ok(0)

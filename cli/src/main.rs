@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::{Cli, Command};
+use vergence_engine::control::PauseAction;
 
 /// Exit code for a command line that does not parse.
 const USAGE_ERROR: u8 = 64;
@@ -54,8 +55,8 @@ fn main() -> ExitCode {
             Command::Events(args) => commands::events(global, args).await,
             Command::Plan => commands::plan(global).await,
             Command::Alert(cmd) => commands::alert(global, cmd).await,
-            Command::Pause(args) => commands::pause(global, args, true).await,
-            Command::Resume(args) => commands::pause(global, args, false).await,
+            Command::Pause(args) => commands::pause(global, args, PauseAction::Pause).await,
+            Command::Resume(args) => commands::pause(global, args, PauseAction::Resume).await,
             Command::Pin(args) => commands::pin(global, args).await,
             Command::Unpin(args) => commands::unpin(global, args).await,
             Command::Rollback(args) => commands::rollback(global, args).await,

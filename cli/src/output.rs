@@ -168,7 +168,7 @@ pub fn instance_details(out: &mut impl Write, records: &[InstanceRecord]) -> std
         let plan = state
             .plan
             .as_ref()
-            .filter(|p| Some(p.version.as_str()) == record.desired.version());
+            .filter(|p| Some(&p.version) == record.desired.version());
         if plan.is_none() && state.info.is_empty() {
             continue;
         }

@@ -281,7 +281,7 @@ async fn approve(remote: &Remote, args: &ApproveArgs) -> Result<u8> {
     let path =
         format!("/v1/applications/{app}/services/{service}/release-channels/{channel}/approvals");
     let body = ApprovalRequest {
-        version: args.version.clone(),
+        version: args.version.as_ref().map(ToString::to_string),
     };
     let request = remote.json_body(remote.request(Method::POST, &path), &body, false)?;
     let approval: Approval = remote.call(request).await?;

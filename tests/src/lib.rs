@@ -249,7 +249,7 @@ impl Harness {
             if !instances.is_empty()
                 && instances.iter().all(|r| {
                     r.state.status == Status::Converged
-                        && r.state.current_version.as_deref() == r.desired.version()
+                        && r.state.current_version.as_ref() == r.desired.version()
                 })
             {
                 return;

@@ -399,7 +399,13 @@ async fn requests_per_apply_only_instance_from_release_to_converged() {
 
     counter.reset();
     h.control()
-        .push_release(None, &"api".parse().unwrap(), "v2", &BTreeMap::new(), "ci")
+        .push_release(
+            None,
+            &"api".parse().unwrap(),
+            &"v2".parse().unwrap(),
+            &BTreeMap::new(),
+            "ci",
+        )
         .await
         .unwrap();
     let release = counter.snapshot();

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use tracing::{error, info, warn};
 use vergence_aws::WorkMessage;
+use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion};
 use vergence_model::JobRecord;
 use vergence_model::ports::Runner;
@@ -94,9 +95,9 @@ impl Worker {
         );
         let mut response = SqsBatchResponse::default();
         for message in event.records {
-            if let Err(id) = self.handle_message(&engine, &message).await {
+            if self.handle_message(&engine, &message).await == Disposition::Redeliver {
                 let mut failure = BatchItemFailure::default();
-                failure.item_identifier = id;
+                failure.item_identifier = message.message_id.clone().unwrap_or_default();
                 response.batch_item_failures.push(failure);
             }
         }
@@ -112,23 +113,22 @@ impl Worker {
         ))
     }
 
-    /// `Err(message id)` when the message must be delivered again.
-    async fn handle_message(&self, engine: &Engine, message: &SqsMessage) -> Result<(), String> {
-        let id = message.message_id.clone().unwrap_or_default();
+    async fn handle_message(&self, engine: &Engine, message: &SqsMessage) -> Disposition {
+        let id = message.message_id.as_deref().unwrap_or_default();
         let body = message.body.as_deref().unwrap_or_default();
         let work = match WorkMessage::parse(body) {
             Ok(work) => work,
             Err(e) => {
                 // Nothing names an instance: retrying cannot help.
                 error!(message_id = %id, error = %e, "dropping a malformed work message");
-                return Ok(());
+                return Disposition::Done;
             }
         };
         let key = work.instance;
         match engine.step(&key).await {
             Ok(report) => {
                 info!(instance = %key, status = ?report.status, jobs = report.dispatched.len(), "stepped");
-                Ok(())
+                Disposition::Done
             }
             Err(e) if e.is_retryable() => {
                 let receives = receive_count(message);
@@ -136,7 +136,7 @@ impl Worker {
                     error!(instance = %key, error = %e, receives, "giving up: the message goes to the dead-letter queue");
                     let control = self.deployment.control();
                     if let Err(record) = control
-                        .record_step_failure(&key, &e.to_string(), true, ACTOR)
+                        .record_step_failure(&key, &e.to_string(), StepFailure::GaveUp, ACTOR)
                         .await
                     {
                         warn!(instance = %key, error = %record, "could not record the dead-lettered step");
@@ -144,22 +144,31 @@ impl Worker {
                 } else {
                     warn!(instance = %key, error = %e, receives, "step failed; the message will be delivered again");
                 }
-                Err(id)
+                Disposition::Redeliver
             }
             Err(e) => {
                 error!(instance = %key, error = %e, "step failed permanently");
                 let control = self.deployment.control();
                 match control
-                    .record_step_failure(&key, &e.to_string(), false, ACTOR)
+                    .record_step_failure(&key, &e.to_string(), StepFailure::Permanent, ACTOR)
                     .await
                 {
-                    Ok(()) => Ok(()),
+                    Ok(()) => Disposition::Done,
                     // Could not even record it: let SQS try again.
-                    Err(_) => Err(id),
+                    Err(_) => Disposition::Redeliver,
                 }
             }
         }
     }
+}
+
+/// What becomes of one message after its step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disposition {
+    /// Consumed: stepped, or recorded as failed for good.
+    Done,
+    /// Reported as a batch item failure, so SQS delivers it again.
+    Redeliver,
 }
 
 fn receive_count(message: &SqsMessage) -> u32 {

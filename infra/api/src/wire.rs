@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use vergence_model::ConfigError;
 use vergence_model::{
     ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord, ReleaseChannelName,
-    ServiceName, Status,
+    ServiceName, Status, Version,
 };
 
 /// One instance in a status answer (and in `vergence status --output json`,
@@ -20,8 +20,8 @@ pub struct InstanceView {
     pub application: ApplicationName,
     pub service: ServiceName,
     pub release_channel: ReleaseChannelName,
-    pub desired_version: Option<String>,
-    pub current_version: Option<String>,
+    pub desired_version: Option<Version>,
+    pub current_version: Option<Version>,
     pub status: Status,
     pub reason: String,
     /// What getInfo reported, for people.
@@ -34,7 +34,7 @@ impl InstanceView {
             application: record.key.application.clone(),
             service: record.key.service.clone(),
             release_channel: record.key.release_channel.clone(),
-            desired_version: record.desired.version().map(str::to_owned),
+            desired_version: record.desired.version().cloned(),
             current_version: record.state.current_version.clone(),
             status: record.state.status,
             reason: record.state.reason.clone(),

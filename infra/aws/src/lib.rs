@@ -11,4 +11,6 @@ pub mod testing;
 
 pub use dynamo::{DEFAULT_EVENT_RETENTION, DynamoStore};
 pub use error::AwsError;
-pub use sqs::{ReceivedWork, SqsQueue, WorkMessage};
+#[cfg(feature = "testing")]
+pub use sqs::ReceivedWork;
+pub use sqs::{SqsQueue, WorkMessage};

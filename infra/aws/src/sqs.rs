@@ -25,7 +25,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use vergence_model::ports::{Clock, SystemClock, WorkItem, WorkQueue};
-use vergence_model::{InstanceKey, JobId};
+use vergence_model::InstanceKey;
 
 use crate::error::AwsError;
 
@@ -44,27 +44,12 @@ const MAX_WAIT: Duration = Duration::from_secs(20);
 pub struct WorkMessage {
     /// The instance to step.
     pub instance: InstanceKey,
-    /// A job of that instance whose result is ready, when the message is a
-    /// runner's report rather than a timer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job_id: Option<JobId>,
 }
 
 impl WorkMessage {
     /// Asks for the instance to be stepped.
     pub fn step(instance: InstanceKey) -> Self {
-        Self {
-            instance,
-            job_id: None,
-        }
-    }
-
-    /// Says that a job's result is ready, so its instance should step.
-    pub fn job_finished(instance: InstanceKey, job_id: JobId) -> Self {
-        Self {
-            instance,
-            job_id: Some(job_id),
-        }
+        Self { instance }
     }
 
     /// Reads a message body (an SQS event record's `body`). Unknown fields
@@ -82,7 +67,9 @@ impl WorkMessage {
     }
 }
 
-/// A received message, with the handle that deletes it.
+/// A received message, with the handle that deletes it (tests only: the
+/// worker gets its messages from the Lambda event source).
+#[cfg(feature = "testing")]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceivedWork {
     pub message: WorkMessage,
@@ -216,10 +203,12 @@ impl SqsQueue {
             retryable: failed.iter().any(|f| !f.sender_fault()),
         })
     }
+}
 
+#[cfg(feature = "testing")]
+impl SqsQueue {
     /// Receives up to `max` (at most 10) messages, long-polling up to `wait`
-    /// (at most 20 s). For tests and tools; the worker gets its messages
-    /// from the Lambda event source.
+    /// (at most 20 s). For tests.
     pub async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedWork>, AwsError> {
         let output = self
             .client
@@ -292,7 +281,7 @@ mod tests {
     #[test]
     fn a_message_body_round_trips_and_ignores_unknown_fields() {
         let instance = InstanceKey::parse_storage_id("shop/web/prod").expect("id");
-        let message = WorkMessage::job_finished(instance.clone(), JobId("j-1".into()));
+        let message = WorkMessage::step(instance.clone());
         let body = message.to_body().expect("encode");
         assert_eq!(WorkMessage::parse(&body).expect("parse"), message);
         let newer = r#"{"instance":{"application":"shop","service":"web","releaseChannel":"prod"},"priority":3}"#;

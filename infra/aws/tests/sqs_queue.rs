@@ -13,7 +13,7 @@ use jiff::{SignedDuration, Timestamp};
 
 use vergence_aws::{ReceivedWork, SqsQueue, WorkMessage};
 use vergence_model::ports::{WorkItem, WorkQueue};
-use vergence_model::{InstanceKey, JobId};
+use vergence_model::InstanceKey;
 
 async fn queue() -> Option<SqsQueue> {
     let url = common::endpoint(common::SQS_URL)?;
@@ -119,7 +119,7 @@ async fn more_items_than_a_batch_holds_are_all_sent_once_per_instance() {
 #[tokio::test]
 async fn a_message_body_round_trips_through_the_queue() {
     let Some(queue) = queue().await else { return };
-    let report = WorkMessage::job_finished(key("web"), JobId("web-apply-7".into()));
+    let report = WorkMessage::step(key("web"));
     queue
         .send(std::slice::from_ref(&report))
         .await

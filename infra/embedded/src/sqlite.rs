@@ -520,7 +520,7 @@ impl ReleaseStore for SqliteStore {
             let existing: Option<String> = tx
                 .query_row(
                     "SELECT body FROM releases WHERE application = ?1 AND service = ?2 AND version = ?3",
-                    params![release.application.as_str(), release.service.as_str(), release.version],
+                    params![release.application.as_str(), release.service.as_str(), release.version.as_str()],
                     |r| r.get(0),
                 )
                 .optional()
@@ -539,7 +539,7 @@ impl ReleaseStore for SqliteStore {
                     }
                     tx.execute(
                         "UPDATE releases SET pushed_seq = ?4 WHERE application = ?1 AND service = ?2 AND version = ?3",
-                        params![release.application.as_str(), release.service.as_str(), release.version, next_seq],
+                        params![release.application.as_str(), release.service.as_str(), release.version.as_str(), next_seq],
                     )
                 }
                 None => tx.execute(
@@ -547,7 +547,7 @@ impl ReleaseStore for SqliteStore {
                     params![
                         release.application.as_str(),
                         release.service.as_str(),
-                        release.version,
+                        release.version.as_str(),
                         next_seq,
                         to_json("put_release", release)?
                     ],

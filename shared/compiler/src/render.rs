@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 
 use super::model::*;
 use super::template::{Builtin, Reference};
-use vergence_model::SecretRef;
 use vergence_model::error::{Error, Result};
 use vergence_model::hashing::sha256_hex;
 use vergence_model::{
@@ -18,6 +17,7 @@ use vergence_model::{
     GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition, ProtectionCheck,
     Release, ReleaseChannelName, ServiceName,
 };
+use vergence_model::{SecretRef, Version};
 
 /// Characters of the config hash used in derived versions.
 const VERSION_HASH_LEN: usize = 10;
@@ -176,11 +176,11 @@ impl ConfigModel {
         let (application, svc) = self.service(app, service)?;
         let params = release.map(|r| r.params.clone()).unwrap_or_default();
         let fingerprint = self.fingerprint(app, service, &params)?;
-        let derived = format!("cfg-{}", &fingerprint[..VERSION_HASH_LEN]);
+        let hash = &fingerprint[..VERSION_HASH_LEN];
         let version = match release {
-            None => derived,
+            None => Version::from_config(hash),
             Some(r) if r.config_fingerprint == fingerprint => r.version.clone(),
-            Some(r) => format!("{}+{derived}", r.version),
+            Some(r) => r.version.with_config(hash),
         };
         let mut out = Vec::new();
         for channel in &application.release_channels {
@@ -211,12 +211,12 @@ impl ConfigModel {
         channel: &ReleaseChannel,
         jobs: InstanceJobs,
         protections: Vec<CompiledProtection>,
-        version: &str,
+        version: &Version,
     ) -> CompiledInstance {
         let runtime = self.runtimes.get(&jobs.runtime);
         CompiledInstance {
             ids: InstanceIds::of(&key),
-            version: version.to_owned(),
+            version: version.clone(),
             runtime: jobs.runtime,
             workspace_root: self.root.clone(),
             apply: ApplySpec {

@@ -111,7 +111,11 @@ fn seed_fixtures_parse_and_compile_unchanged() {
         instances["staging"].downstream,
         vec![name::<ReleaseChannelName>("prod")]
     );
-    assert!(prod.version.starts_with("cfg-"), "{}", prod.version);
+    assert!(
+        prod.version.as_str().starts_with("cfg-"),
+        "{}",
+        prod.version
+    );
     assert_eq!(prod.version, instances["staging"].version);
 }
 
@@ -319,7 +323,7 @@ fn versions_follow_config_and_releases() {
     let release = Release {
         application: app.clone(),
         service: svc.clone(),
-        version: "v42".into(),
+        version: "v42".parse().unwrap(),
         params: BTreeMap::new(),
         config_fingerprint: model.fingerprint(&app, &svc, &BTreeMap::new()).unwrap(),
         created_at: Timestamp::UNIX_EPOCH,
@@ -393,7 +397,7 @@ fn release_parameters_are_typed_and_required_ones_wait_for_a_release() {
     let release = Release {
         application: a.clone(),
         service: w.clone(),
-        version: "v2".into(),
+        version: "v2".parse().unwrap(),
         config_fingerprint: model.fingerprint(&a, &w, &params).unwrap(),
         params,
         created_at: Timestamp::UNIX_EPOCH,

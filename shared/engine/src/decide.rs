@@ -14,8 +14,9 @@ use vergence_model::{
     CompiledInstance, CompiledProtection, Desired, DriftPolicy, Event, EventKind, FetchObservation,
     FetchSpec, FetchVerdict, InFlightJob, InfoOutput, InstanceControls, InstanceKey,
     InstanceRecord, InstanceState, JobId, JobKind, JobOutcome, JobRecord, JobResult, JobSpec,
-    JobState, JobSummary, Lifecycle, PlanRecord, PostDeployment, Precondition, ProtectionCheck,
-    ProtectionObservation, Rollback, RollbackTarget, Status, TargetProgress, WaitCause,
+    JobState, JobSummary, Lifecycle, LifecycleKind, PlanRecord, PostDeployment, Precondition,
+    ProtectionCheck, ProtectionKey, ProtectionObservation, Rollback, RollbackTarget, Status,
+    TargetProgress, Version, WaitCause,
 };
 
 /// Who the engine's events are attributed to.
@@ -87,9 +88,9 @@ impl Decider<'_> {
 
     fn target(&mut self) -> &mut TargetProgress {
         // ensure_target() runs before anything reads the target.
-        self.state
-            .target
-            .get_or_insert_with(|| TargetProgress::new(String::new(), Timestamp::UNIX_EPOCH))
+        self.state.target.get_or_insert_with(|| {
+            TargetProgress::new(Version::from_config("unknown"), Timestamp::UNIX_EPOCH)
+        })
     }
 
     fn converge(&mut self, desired: &CompiledInstance) {
@@ -247,7 +248,7 @@ impl Decider<'_> {
 
     fn ensure_target(&mut self, spec: &CompiledInstance) {
         let previous = self.state.target.as_ref().map(|t| t.version.clone());
-        if previous.as_deref() == Some(spec.version.as_str()) {
+        if previous.as_ref() == Some(&spec.version) {
             return;
         }
         self.state.target = Some(TargetProgress::new(spec.version.clone(), self.now));
@@ -266,7 +267,7 @@ impl Decider<'_> {
             );
         }
         if self.state.in_flight.is_none()
-            && self.state.current_version.as_deref() != Some(spec.version.as_str())
+            && self.state.current_version.as_ref() != Some(&spec.version)
         {
             self.set_status(
                 Status::Pending,
@@ -536,9 +537,7 @@ impl Decider<'_> {
                 // Without a fetch nothing says what a failed apply left
                 // behind, so a rollback always applies the old version.
                 let must_apply = self.state.rollback.is_some() && target.applied_at.is_none();
-                if self.state.current_version.as_deref() == Some(spec.version.as_str())
-                    && !must_apply
-                {
+                if self.state.current_version.as_ref() == Some(&spec.version) && !must_apply {
                     self.converged(spec);
                     self.post_deployment(spec);
                 } else {
@@ -618,7 +617,7 @@ impl Decider<'_> {
                 );
             }
             FetchVerdict::NeedsApply | FetchVerdict::Failed | FetchVerdict::InProgress => {
-                let drift = self.state.current_version.as_deref() == Some(spec.version.as_str());
+                let drift = self.state.current_version.as_ref() == Some(&spec.version);
                 self.want_apply(spec, target, Some((drift, observation.summary.clone())));
             }
             FetchVerdict::Error => {
@@ -790,8 +789,8 @@ impl Decider<'_> {
         self.jobs.push(job);
     }
 
-    fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &str) {
-        let Some(protection) = spec.protections.iter().find(|p| p.key() == key) else {
+    fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &ProtectionKey) {
+        let Some(protection) = spec.protections.iter().find(|p| &p.key() == key) else {
             return;
         };
         let ProtectionCheck::Job { job } = &protection.check else {
@@ -799,7 +798,7 @@ impl Decider<'_> {
         };
         let job = self.new_job(spec, JobKind::Protection, job, 1);
         if let Some(flight) = self.state.in_flight.as_mut() {
-            flight.protection = Some(key.to_owned());
+            flight.protection = Some(key.clone());
         }
         self.jobs.push(job);
     }
@@ -812,8 +811,10 @@ impl Decider<'_> {
         if self.state.rollback.is_some() {
             return;
         }
-        let checks: Vec<CompiledProtection> =
-            spec.protections_at("postDeployment").cloned().collect();
+        let checks: Vec<CompiledProtection> = spec
+            .protections_at(LifecycleKind::PostDeployment)
+            .cloned()
+            .collect();
         if checks.is_empty() {
             self.state.post_deployment = None;
             self.mark_good(spec);
@@ -976,7 +977,7 @@ impl Decider<'_> {
         // never reuses the id of an old job.
         let digest = hash_fields([
             self.key.storage_id().as_bytes(),
-            spec.version.as_bytes(),
+            spec.version.as_str().as_bytes(),
             kind.as_str().as_bytes(),
             seq.to_string().as_bytes(),
             self.now.as_millisecond().to_string().as_bytes(),
@@ -1067,15 +1068,15 @@ impl Decider<'_> {
     }
 
     fn converged(&mut self, spec: &CompiledInstance) {
-        let version = spec.version.as_str();
+        let version = &spec.version;
         let already = self.state.status == Status::Converged
-            && self.state.current_version.as_deref() == Some(version);
+            && self.state.current_version.as_ref() == Some(version);
         if !already {
             self.state.converged_at = Some(self.now);
-            self.state.current_version = Some(version.to_owned());
+            self.state.current_version = Some(version.clone());
             self.event(
                 EventKind::Converged {
-                    version: version.to_owned(),
+                    version: version.clone(),
                 },
                 format!("converged on {version}"),
             );

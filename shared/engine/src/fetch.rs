@@ -4,17 +4,17 @@
 
 use serde::Deserialize;
 
-use vergence_model::{FetchMode, FetchVerdict, JobResult, last_line};
+use vergence_model::{FetchMode, FetchVerdict, JobResult, Version, last_line};
 
 /// Interprets a finished fetch for the desired `version`.
-pub fn interpret(mode: FetchMode, result: &JobResult, version: &str) -> (FetchVerdict, String) {
+pub fn interpret(mode: FetchMode, result: &JobResult, version: &Version) -> (FetchVerdict, String) {
     match mode {
         FetchMode::ExitCode => exit_code(result),
         FetchMode::Structured => {
             if !result.exited_with(0) {
                 return (FetchVerdict::Error, format!("fetch {}", result.describe()));
             }
-            structured(&result.stdout, version)
+            structured(&result.stdout, version.as_str())
         }
     }
 }

@@ -7,8 +7,8 @@ use jiff::{SignedDuration, Timestamp};
 use super::Facts;
 use vergence_model::{
     Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
-    InstanceRecord, InstanceState, Lifecycle, Precondition, ProtectionCheck, ReleaseChannelName,
-    Status, WaitCause, WindowVerdict,
+    InstanceRecord, InstanceState, Lifecycle, LifecycleKind, Precondition, ProtectionCheck,
+    ProtectionKey, ReleaseChannelName, Status, Version, WaitCause, WindowVerdict,
 };
 
 /// What a step needs to know about another release channel of the service.
@@ -16,10 +16,10 @@ use vergence_model::{
 pub struct UpstreamView {
     pub status: Status,
     pub reason: String,
-    pub current_version: Option<String>,
+    pub current_version: Option<Version>,
     pub converged_at: Option<Timestamp>,
     /// The version that failed (or was rolled back) there, if any.
-    pub failed_version: Option<String>,
+    pub failed_version: Option<Version>,
     /// Post-deployment checks of the current version are still running.
     pub checks_pending: bool,
 }
@@ -62,7 +62,7 @@ pub enum Gate {
     },
     /// A protection has no fresh result: run it, then decide.
     Check {
-        protection: String,
+        protection: ProtectionKey,
     },
     /// A FAIL protection failed: the version fails here.
     Fail {
@@ -112,22 +112,22 @@ pub fn all(
         None => Gate::Open,
     };
     gates.push(("pause".to_owned(), paused));
-    let version = spec.version.as_str();
-    let plan = state.plan.as_ref().filter(|p| p.version == version);
+    let version = &spec.version;
+    let plan = state.plan.as_ref().filter(|p| &p.version == version);
     let approved = |a: &&Approval| {
-        a.version == version
+        &a.version == version
             && plan.is_none_or(|p| a.plan_sha256.as_deref() == Some(p.sha256.as_str()))
     };
     let what = match plan {
         Some(p) => format!("{version} with plan {}", p.short()),
-        None => version.to_owned(),
+        None => version.to_string(),
     };
     let approve_cmd = format!(
         "vergence approve --app {} --release-channel {} --service {}",
         spec.key.application, spec.key.release_channel, spec.key.service
     );
     let pre_approval = |gates: &mut Vec<(String, Gate)>| {
-        for (name, gate) in protections(spec, "preApproval", facts, state) {
+        for (name, gate) in protections(spec, LifecycleKind::PreApproval, facts, state) {
             gates.push((name, gate));
         }
     };
@@ -201,14 +201,14 @@ pub fn all(
         };
         gates.push(("time windows".to_owned(), gate));
     }
-    gates.extend(protections(spec, "deployment", facts, state));
+    gates.extend(protections(spec, LifecycleKind::Deployment, facts, state));
     gates
 }
 
 fn stable(
     channel: &ReleaseChannelName,
     duration: Option<SignedDuration>,
-    version: &str,
+    version: &Version,
     facts: &Facts,
 ) -> Gate {
     match facts.upstream.get(channel) {
@@ -218,7 +218,7 @@ fn stable(
                 "waiting for release channel {channel}, where this service has no instance yet"
             ),
         ),
-        Some(up) if up.failed_version.as_deref() == Some(version) => closed_upstream(
+        Some(up) if up.failed_version.as_ref() == Some(version) => closed_upstream(
             channel,
             format!(
                 "{version} failed in {channel}; it will not be promoted ({})",
@@ -226,7 +226,7 @@ fn stable(
             ),
         ),
         Some(up)
-            if up.status == Status::Converged && up.current_version.as_deref() == Some(version) =>
+            if up.status == Status::Converged && up.current_version.as_ref() == Some(version) =>
         {
             if up.checks_pending {
                 return closed_upstream(
@@ -252,14 +252,14 @@ fn stable(
 /// The protections of one lifecycle point, before an apply.
 fn protections(
     spec: &CompiledInstance,
-    at: &str,
+    at: LifecycleKind,
     facts: &Facts,
     state: &InstanceState,
 ) -> Vec<(String, Gate)> {
     spec.protections_at(at)
         .map(|protection| {
             (
-                format!("protection {} ({at})", protection.name),
+                format!("protection {} ({})", protection.name, at.as_str()),
                 protection_gate(protection, facts, state),
             )
         })

@@ -254,7 +254,7 @@ fn converged_v1_with_checks() -> Sim {
 fn a_failed_post_deployment_check_rolls_back_to_the_previous_version() {
     let mut sim = converged_v1_with_checks();
     let mut v2 = sim.record.desired.compiled().unwrap().clone();
-    v2.version = "v2".into();
+    v2.version = "v2".parse().unwrap();
     v2.apply.job = super::tests::job_spec("./apply-v2");
     sim.set_desired(v2);
     let d = sim.step();
@@ -292,7 +292,7 @@ fn a_failed_post_deployment_check_rolls_back_to_the_previous_version() {
     assert_eq!(super::settled(&sim.record), super::Settled::Waiting);
 
     let mut v3 = sim.record.desired.compiled().unwrap().clone();
-    v3.version = "v3".into();
+    v3.version = "v3".parse().unwrap();
     sim.set_desired(v3);
     let d = sim.step();
     assert_eq!(
@@ -306,7 +306,7 @@ fn apply_failing_past_its_retry_policy_rolls_back_unless_disabled() {
     for auto in [true, false] {
         let mut sim = converged_v1_with_checks();
         let mut v2 = sim.record.desired.compiled().unwrap().clone();
-        v2.version = "v2".into();
+        v2.version = "v2".parse().unwrap();
         v2.auto_rollback = auto;
         sim.set_desired(v2);
         sim.step();
@@ -331,7 +331,7 @@ fn apply_failing_past_its_retry_policy_rolls_back_unless_disabled() {
 fn a_manual_rollback_request_goes_back_to_the_last_good_version() {
     let mut sim = converged_v1_with_checks();
     let mut v2 = sim.record.desired.compiled().unwrap().clone();
-    v2.version = "v2".into();
+    v2.version = "v2".parse().unwrap();
     sim.set_desired(v2);
     sim.step();
     sim.finish(0, "");
@@ -383,7 +383,7 @@ fn an_approval_binds_to_the_plan_and_a_new_plan_needs_a_new_one() {
     );
     sim.approvals.push(Approval {
         instance: sim.record.key.clone(),
-        version: "v1".into(),
+        version: "v1".parse().unwrap(),
         plan_sha256: Some(plan.sha256.clone()),
         actor: "cli:alice".into(),
         at: sim.now,

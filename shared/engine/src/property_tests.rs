@@ -503,7 +503,7 @@ impl World {
     }
 
     fn desired(&self, ch: Ch) -> String {
-        self.sim(ch).record.desired.version().unwrap().to_owned()
+        self.sim(ch).record.desired.version().unwrap().to_string()
     }
 
     fn run(&mut self, action: Action) -> Result<(), TestCaseError> {
@@ -555,7 +555,7 @@ impl World {
             let (key, now) = (self.sim(Ch::Prod).record.key.clone(), self.now);
             self.sims[Ch::Prod.index()].approvals.push(Approval {
                 instance: key,
-                version,
+                version: version.parse().unwrap(),
                 plan_sha256: None,
                 actor: "cli:alice".into(),
                 at: now,
@@ -617,7 +617,7 @@ impl World {
                 );
                 let converged = flight.kind == JobKind::Fetch && outcome == Outcome::Converged;
                 if converged || (flight.kind == JobKind::Apply && exit == 0) {
-                    self.running[ch.index()] = Some(flight.version.clone());
+                    self.running[ch.index()] = Some(flight.version.to_string());
                 }
                 (self.sims[ch.index()].finish(exit, &stdout).clone(), true)
             }
@@ -625,7 +625,12 @@ impl World {
         };
         if finished
             && let Some(flight) = &flight
-            && flight.protection.as_deref() == Some(SMOKE_KEY)
+            && flight
+                .protection
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref()
+                == Some(SMOKE_KEY)
         {
             let passed = matches!(outcome, Some(Outcome::Ok | Outcome::Converged));
             self.smoke_seen[ch.index()] = Some((self.now, passed));
@@ -662,7 +667,7 @@ impl World {
         let i = ch.index();
         self.converged_since[i] = match (converged_on, self.converged_since[i].take()) {
             (Some(v), Some((seen, since))) if seen == v => Some((seen, since)),
-            (Some(v), _) => Some((v, self.now)),
+            (Some(v), _) => Some((v.to_string(), self.now)),
             (None, _) => None,
         };
         if let Some((v, _)) = &self.converged_since[i]
@@ -673,7 +678,7 @@ impl World {
         if ch == Ch::Staging
             && let Some(failed) = UpstreamView::of(record).failed_version
         {
-            self.failed_in_staging.insert(failed);
+            self.failed_in_staging.insert(failed.to_string());
         }
     }
 
@@ -779,7 +784,7 @@ impl World {
         v: &str,
     ) -> Result<(), TestCaseError> {
         let setup = &self.setup;
-        let desired = before.desired.version().unwrap_or_default();
+        let desired = before.desired.version().map_or("", |v| v.as_str());
         let now = self.now;
         prop_assert!(
             !self.paused[ch.index()],
@@ -1036,7 +1041,7 @@ impl World {
 fn failure_predates(state: &InstanceState, start: Timestamp) -> bool {
     state
         .protections
-        .get("canary@postDeployment")
+        .get(&"canary@postDeployment".parse().unwrap())
         .is_some_and(|o| !o.passed && o.at <= start)
         || state
             .last_fetch

@@ -36,7 +36,7 @@ pub(super) fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> Co
     CompiledInstance {
         ids: InstanceIds::of(&key),
         key,
-        version: version.to_owned(),
+        version: version.parse().unwrap(),
         runtime: n("rt"),
         workspace_root: None,
         apply: ApplySpec {
@@ -540,7 +540,7 @@ fn prod_waits_for_staging_to_converge_on_the_same_version_then_for_approval() {
     let mut staging = UpstreamView {
         status: Status::Applying,
         reason: "applying v2 (attempt 1)".into(),
-        current_version: Some("v1".into()),
+        current_version: Some("v1".parse().unwrap()),
         converged_at: None,
         failed_version: None,
         checks_pending: false,
@@ -559,7 +559,7 @@ fn prod_waits_for_staging_to_converge_on_the_same_version_then_for_approval() {
     );
 
     staging.status = Status::Converged;
-    staging.current_version = Some("v2".into());
+    staging.current_version = Some("v2".parse().unwrap());
     staging.converged_at = Some(sim.now);
     sim.upstream.insert(n("staging"), staging.clone());
     sim.advance(SignedDuration::from_mins(4));
@@ -585,7 +585,7 @@ fn prod_waits_for_staging_to_converge_on_the_same_version_then_for_approval() {
     let (key, now) = (sim.record.key.clone(), sim.now);
     let approval = |version: &str| Approval {
         instance: key.clone(),
-        version: version.into(),
+        version: version.parse().unwrap(),
         plan_sha256: None,
         actor: "cli:alice".into(),
         at: now,
@@ -617,9 +617,9 @@ fn a_version_that_failed_upstream_is_not_promoted() {
         UpstreamView {
             status: Status::Failed,
             reason: "apply of v2 exited with 1".into(),
-            current_version: Some("v1".into()),
+            current_version: Some("v1".parse().unwrap()),
             converged_at: None,
-            failed_version: Some("v2".into()),
+            failed_version: Some("v2".parse().unwrap()),
             checks_pending: false,
         },
     );

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::instance::{InstanceIds, InstanceKey};
 use super::job::JobSpec;
 use super::names::{ReleaseChannelName, RuntimeName};
-use super::policy::CompiledProtection;
+use super::policy::{CompiledProtection, LifecycleKind};
+use super::release::Version;
 use super::window::TimeWindows;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -16,7 +17,7 @@ pub struct CompiledInstance {
     pub key: InstanceKey,
     pub ids: InstanceIds,
     /// The version this instance should run.
-    pub version: String,
+    pub version: Version,
     pub runtime: RuntimeName,
     /// Absolute root that job working directories are relative to, when the
     /// config came from a local directory.
@@ -47,13 +48,13 @@ fn yes() -> bool {
 }
 
 impl CompiledInstance {
-    pub fn protections_at<'a>(
-        &'a self,
-        at: &'a str,
-    ) -> impl Iterator<Item = &'a CompiledProtection> + 'a {
+    pub fn protections_at(
+        &self,
+        at: LifecycleKind,
+    ) -> impl Iterator<Item = &CompiledProtection> + '_ {
         self.protections
             .iter()
-            .filter(move |p| p.lifecycle.as_str() == at)
+            .filter(move |p| p.lifecycle.kind() == at)
     }
 }
 

@@ -91,7 +91,7 @@ pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
         instance: key.clone(),
         ids: InstanceIds::of(key),
         kind: JobKind::Apply,
-        version: "v1".into(),
+        version: "v1".parse().expect("version"),
         attempt: 1,
         spec: JobSpec {
             runner: RunnerSpec::Local,
@@ -467,7 +467,7 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
     let release = |version: &str, image: &str, at: i64| Release {
         application: "shop".parse().expect("n"),
         service: "web".parse().expect("n"),
-        version: version.into(),
+        version: version.parse().expect("version"),
         params: BTreeMap::from([("image".to_owned(), ParamValue::DockerImage(image.into()))]),
         config_fingerprint: "f".into(),
         created_at: t(at),
@@ -492,7 +492,7 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
             .await
             .expect("latest")
             .map(|r| r.version),
-        Some("v2".into())
+        Some("v2".parse().expect("version"))
     );
     // Rolling back by pushing v1 again makes it latest; its record is unchanged.
     store
@@ -510,7 +510,7 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
         is_conflict(&store.put_release(&release("v2", "r/w:other", 4)).await),
         "same version, other parameters"
     );
-    let listed: Vec<String> = store
+    let listed: Vec<Version> = store
         .list_releases(&app, &svc, 10)
         .await
         .expect("list")
@@ -610,7 +610,7 @@ pub async fn approvals_are_listed_per_instance(store: Arc<dyn StateStore>) {
     let staging = key("shop", "web", "staging");
     let approval = |k: &InstanceKey, version: &str, at: i64| Approval {
         instance: k.clone(),
-        version: version.into(),
+        version: version.parse().expect("version"),
         plan_sha256: None,
         actor: "alice".into(),
         at: t(at),
@@ -627,7 +627,7 @@ pub async fn approvals_are_listed_per_instance(store: Arc<dyn StateStore>) {
         .put_approval(&approval(&staging, "v2", 3))
         .await
         .expect("put");
-    let mut versions: Vec<String> = store
+    let mut versions: Vec<Version> = store
         .list_approvals(&prod)
         .await
         .expect("list")

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::instance::{InstanceKey, Status};
 use super::job::{JobId, JobKind, JobOutcome};
 use super::names::{ApplicationName, ReleaseChannelName, ServiceName};
+use super::policy::ProtectionKey;
+use super::release::Version;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
@@ -16,8 +18,8 @@ pub enum EventKind {
         to: Status,
     },
     DesiredVersionChanged {
-        from: Option<String>,
-        to: String,
+        from: Option<Version>,
+        to: Version,
     },
     #[serde(rename_all = "camelCase")]
     JobStarted {
@@ -33,10 +35,10 @@ pub enum EventKind {
         exit_code: Option<i32>,
     },
     DriftDetected {
-        version: String,
+        version: Version,
     },
     Converged {
-        version: String,
+        version: Version,
     },
     ConfigApplied {
         hash: String,
@@ -44,28 +46,28 @@ pub enum EventKind {
     InstanceAdded,
     InstanceRemoved,
     ReleaseCreated {
-        version: String,
+        version: Version,
     },
     ApprovalRecorded {
-        version: String,
+        version: Version,
     },
     ChecksRequested,
     /// A protection's result changed (pass ↔ fail).
     ProtectionChanged {
-        protection: String,
+        protection: ProtectionKey,
         passed: bool,
     },
     /// Post-deployment checks of a version all passed.
     ChecksPassed {
-        version: String,
+        version: Version,
     },
     #[serde(rename_all = "camelCase")]
     RollbackStarted {
-        failed_version: String,
-        to: String,
+        failed_version: Version,
+        to: Version,
     },
     RolledBack {
-        to: String,
+        to: Version,
     },
     #[serde(rename_all = "camelCase")]
     AlertChanged {
@@ -75,11 +77,11 @@ pub enum EventKind {
     Paused,
     Resumed,
     Pinned {
-        version: String,
+        version: Version,
     },
     Unpinned,
     RollbackRequested {
-        to: Option<String>,
+        to: Option<Version>,
     },
     /// A convergence step failed in a way retrying does not fix, or its
     /// message was given up on (moved to the dead-letter queue).

@@ -12,9 +12,10 @@ use super::compiled::CompiledInstance;
 use super::job::{JobId, JobKind, JobOutcome};
 use super::names::{ApplicationName, ReleaseChannelName, ServiceName};
 use super::policy::{
-    InfoOutput, InstanceControls, PlanRecord, PostDeployment, ProtectionObservation, Rollback,
-    RollbackRequest, RollbackTarget,
+    InfoOutput, InstanceControls, PlanRecord, PostDeployment, ProtectionKey, ProtectionObservation,
+    Rollback, RollbackRequest, RollbackTarget,
 };
+use super::release::Version;
 use crate::hashing::stable_id;
 
 /// Identifies one service instance: a service deployed to one release channel.
@@ -184,8 +185,8 @@ impl Desired {
         }
     }
 
-    pub fn version(&self) -> Option<&str> {
-        self.compiled().map(|c| c.version.as_str())
+    pub fn version(&self) -> Option<&Version> {
+        self.compiled().map(|c| &c.version)
     }
 }
 
@@ -238,7 +239,7 @@ pub struct InstanceState {
     pub wait: Option<WaitCause>,
     /// The version last seen converged (or, for apply-only runtimes, last
     /// applied successfully).
-    pub current_version: Option<String>,
+    pub current_version: Option<Version>,
     /// When `current_version` became converged; soaks count from here.
     pub converged_at: Option<Timestamp>,
     /// Progress towards the desired version.
@@ -257,7 +258,7 @@ pub struct InstanceState {
     pub checks_requested: bool,
     /// Latest result of each protection ([`CompiledProtection::key`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub protections: BTreeMap<String, ProtectionObservation>,
+    pub protections: BTreeMap<ProtectionKey, ProtectionObservation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_deployment: Option<PostDeployment>,
     /// The latest version that converged and passed its checks: where an
@@ -307,17 +308,13 @@ impl InstanceState {
             plan: None,
         }
     }
-
-    pub fn last_job(&self, kind: JobKind) -> Option<&JobSummary> {
-        self.last_jobs.iter().find(|j| j.kind == kind)
-    }
 }
 
 /// Attempts and results for one desired version; reset when it changes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetProgress {
-    pub version: String,
+    pub version: Version,
     pub since: Timestamp,
     /// Applies dispatched for this version.
     pub apply_attempts: u32,
@@ -341,9 +338,9 @@ pub struct TargetProgress {
 }
 
 impl TargetProgress {
-    pub fn new(version: impl Into<String>, since: Timestamp) -> Self {
+    pub fn new(version: Version, since: Timestamp) -> Self {
         Self {
-            version: version.into(),
+            version,
             since,
             apply_attempts: 0,
             apply_failures: 0,
@@ -366,14 +363,14 @@ pub struct InFlightJob {
     pub job_id: JobId,
     pub seq: u64,
     pub kind: JobKind,
-    pub version: String,
+    pub version: Version,
     pub attempt: u32,
     pub dispatched_at: Timestamp,
     /// After this the job is presumed lost (runner died, message dropped).
     pub deadline: Timestamp,
     /// For protection jobs: which protection ([`CompiledProtection::key`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protection: Option<String>,
+    pub protection: Option<ProtectionKey>,
 }
 
 /// What the latest fetch said about the desired version.
@@ -383,7 +380,7 @@ pub struct FetchObservation {
     pub at: Timestamp,
     /// Sequence number of the fetch job.
     pub seq: u64,
-    pub version: String,
+    pub version: Version,
     pub verdict: FetchVerdict,
     pub summary: String,
 }
@@ -409,7 +406,7 @@ pub enum FetchVerdict {
 pub struct JobSummary {
     pub job_id: JobId,
     pub kind: JobKind,
-    pub version: String,
+    pub version: Version,
     pub attempt: u32,
     pub outcome: JobOutcome,
     pub exit_code: Option<i32>,

@@ -8,6 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::instance::{InstanceIds, InstanceKey};
+use super::release::Version;
 
 /// A job id. Deterministic per (instance, version, kind, sequence) so a
 /// redelivered message can never create a second job for the same attempt.
@@ -256,7 +257,7 @@ pub struct JobRecord {
     pub instance: InstanceKey,
     pub ids: InstanceIds,
     pub kind: JobKind,
-    pub version: String,
+    pub version: Version,
     pub attempt: u32,
     pub spec: JobSpec,
     /// Absolute directory `spec.working_dir` is relative to, for local runs.

@@ -2,12 +2,15 @@
 //! informational outputs of getInfo. Compiled parts live in the desired
 //! state; progress parts in the engine's instance state.
 
+use std::fmt;
+
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::compiled::{ApplySpec, FetchSpec};
 use super::job::{Artifact, JobSpec};
 use super::names::ProtectionName;
+use super::release::Version;
 
 /// A protection attached to a release channel or a service, compiled for
 /// one instance and one lifecycle point.
@@ -25,8 +28,58 @@ pub struct CompiledProtection {
 
 impl CompiledProtection {
     /// Identifies this protection's results in the instance state.
-    pub fn key(&self) -> String {
-        format!("{}@{}", self.name, self.lifecycle.as_str())
+    pub fn key(&self) -> ProtectionKey {
+        ProtectionKey {
+            name: self.name.clone(),
+            lifecycle: self.lifecycle.kind(),
+        }
+    }
+}
+
+/// One protection at one lifecycle point: the same protection may guard
+/// applies and verify releases, and each keeps its own results. Written as
+/// `name@lifecycle` in stored state and events.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProtectionKey {
+    pub name: ProtectionName,
+    pub lifecycle: LifecycleKind,
+}
+
+impl fmt::Display for ProtectionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.lifecycle.as_str())
+    }
+}
+
+impl fmt::Debug for ProtectionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl std::str::FromStr for ProtectionKey {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let (name, lifecycle) = raw
+            .rsplit_once('@')
+            .ok_or_else(|| format!("{raw:?} is not a protection key (name@lifecycle)"))?;
+        Ok(Self {
+            name: ProtectionName::parse(name)?,
+            lifecycle: lifecycle.parse()?,
+        })
+    }
+}
+
+impl Serialize for ProtectionKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProtectionKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        raw.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -67,12 +120,51 @@ pub enum Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn as_str(&self) -> &'static str {
+    pub fn kind(&self) -> LifecycleKind {
         match self {
-            Lifecycle::PreApproval => "preApproval",
-            Lifecycle::Deployment { .. } => "deployment",
-            Lifecycle::PostDeployment { .. } => "postDeployment",
+            Lifecycle::PreApproval => LifecycleKind::PreApproval,
+            Lifecycle::Deployment { .. } => LifecycleKind::Deployment,
+            Lifecycle::PostDeployment { .. } => LifecycleKind::PostDeployment,
         }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// The lifecycle points a protection can be attached to, without their
+/// settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LifecycleKind {
+    PreApproval,
+    Deployment,
+    PostDeployment,
+}
+
+impl LifecycleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleKind::PreApproval => "preApproval",
+            LifecycleKind::Deployment => "deployment",
+            LifecycleKind::PostDeployment => "postDeployment",
+        }
+    }
+}
+
+impl std::str::FromStr for LifecycleKind {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        [
+            LifecycleKind::PreApproval,
+            LifecycleKind::Deployment,
+            LifecycleKind::PostDeployment,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == raw)
+        .ok_or_else(|| {
+            format!("{raw:?} is not a lifecycle (preApproval, deployment, postDeployment)")
+        })
     }
 }
 
@@ -81,7 +173,7 @@ impl Lifecycle {
 #[serde(rename_all = "camelCase")]
 pub struct ProtectionObservation {
     pub at: Timestamp,
-    pub version: String,
+    pub version: Version,
     pub passed: bool,
     pub summary: String,
 }
@@ -90,7 +182,7 @@ pub struct ProtectionObservation {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostDeployment {
-    pub version: String,
+    pub version: Version,
     /// When the version converged: delays and durations count from here.
     pub converged_at: Timestamp,
     /// Set once every check has passed for its whole duration.
@@ -102,7 +194,7 @@ pub struct PostDeployment {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackTarget {
-    pub version: String,
+    pub version: Version,
     pub apply: ApplySpec,
     pub fetch: Option<FetchSpec>,
 }
@@ -112,7 +204,7 @@ pub struct RollbackTarget {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Rollback {
-    pub failed_version: String,
+    pub failed_version: Version,
     pub to: Box<RollbackTarget>,
     /// Why: the failure, or who asked.
     pub reason: String,
@@ -154,7 +246,7 @@ pub struct ControlMark {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pin {
-    pub version: String,
+    pub version: Version,
     pub actor: String,
     pub at: Timestamp,
 }
@@ -184,7 +276,7 @@ pub struct InfoOutput {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanRecord {
-    pub version: String,
+    pub version: Version,
     /// Sequence number of the fetch that produced it.
     pub fetch_seq: u64,
     pub at: Timestamp,
@@ -194,7 +286,7 @@ pub struct PlanRecord {
 }
 
 impl PlanRecord {
-    pub fn new(version: String, fetch_seq: u64, at: Timestamp, artifacts: Vec<Artifact>) -> Self {
+    pub fn new(version: Version, fetch_seq: u64, at: Timestamp, artifacts: Vec<Artifact>) -> Self {
         let digest = crate::hashing::hash_fields(
             artifacts
                 .iter()

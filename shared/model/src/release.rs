@@ -21,17 +21,6 @@ pub enum ParamValue {
     Secret(SecretRef),
 }
 
-impl ParamValue {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            ParamValue::String(_) => "string",
-            ParamValue::Int(_) => "int",
-            ParamValue::DockerImage(_) => "dockerImage",
-            ParamValue::Secret(_) => "secret",
-        }
-    }
-}
-
 impl fmt::Display for ParamValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -39,6 +28,109 @@ impl fmt::Display for ParamValue {
             ParamValue::Int(i) => write!(f, "{i}"),
             ParamValue::Secret(_) => f.write_str("<secret>"),
         }
+    }
+}
+
+/// A service version: what CI pushes (`v42`, `1.2.3`, `sha-abc1234`), or
+/// what the compiler derives from the config (`cfg-<hash>`, and
+/// `<release>+cfg-<hash>` after a config change on top of a release).
+///
+/// [`Version::parse`] checks what people and CI write; stored versions are
+/// read back as they were written, since they were checked then.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Version(String);
+
+impl Version {
+    /// Parses a version given by a person or CI, saying what is wrong.
+    pub fn parse(raw: impl Into<String>) -> Result<Self, String> {
+        let raw = raw.into();
+        check_version(&raw)?;
+        Ok(Self(raw))
+    }
+
+    /// A version derived by the compiler from the config's content hash.
+    pub fn from_config(hash: &str) -> Self {
+        Self(format!("cfg-{hash}"))
+    }
+
+    /// This release's version with a config change on top of it.
+    pub fn with_config(&self, hash: &str) -> Self {
+        Self(format!("{}+cfg-{hash}", self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// Reads as the text it is, for formatting and comparisons; a `&str` never
+/// becomes a `Version` without [`Version::parse`].
+impl std::ops::Deref for Version {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<Version> for str {
+    fn eq(&self, other: &Version) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<Version> for String {
+    fn eq(&self, other: &Version) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<Version> for &str {
+    fn eq(&self, other: &Version) -> bool {
+        *self == other.0
+    }
+}
+
+impl AsRef<str> for Version {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Version {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl PartialEq<str> for Version {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<String> for Version {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Version {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
     }
 }
 
@@ -66,7 +158,7 @@ pub fn check_version(version: &str) -> Result<(), String> {
 pub struct Release {
     pub application: ApplicationName,
     pub service: ServiceName,
-    pub version: String,
+    pub version: Version,
     pub params: BTreeMap<String, ParamValue>,
     /// Fingerprint of the service's compiled jobs when the release was
     /// pushed; a later config change shows up as `version+cfg-…`.
@@ -81,7 +173,7 @@ pub struct Release {
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
     pub instance: InstanceKey,
-    pub version: String,
+    pub version: Version,
     /// SHA-256 of the plan that was approved, when there was one.
     pub plan_sha256: Option<String>,
     pub actor: String,

@@ -6,6 +6,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use vergence_model::{
     ApplicationName, Approval, InstanceKey, Release, ReleaseChannelName, Scope, ServiceName,
+    Version,
 };
 
 use super::{parse_json, parse_name, path_error, read_body};
@@ -28,9 +29,12 @@ pub(super) async fn push_release(
     let body = read_body(&api, request).await?;
     verify_webhook(&api, &headers, &body)?;
     let request: ReleaseRequest = parse_json(&body)?;
-    let version = request
-        .version
-        .ok_or_else(|| ApiError::invalid("version", "missing field"))?;
+    let version: Version = parse_name(
+        "version",
+        &request
+            .version
+            .ok_or_else(|| ApiError::invalid("version", "missing field"))?,
+    )?;
     let release = api
         .control
         .push_release(
@@ -66,9 +70,13 @@ pub(super) async fn approve(
     } else {
         parse_json(&body)?
     };
+    let version: Option<Version> = request
+        .version
+        .map(|v| parse_name("version", &v))
+        .transpose()?;
     let approval = api
         .control
-        .approve(&key, request.version.as_deref(), &caller.actor())
+        .approve(&key, version.as_ref(), &caller.actor())
         .await?;
     Ok(Json(approval))
 }

@@ -50,7 +50,7 @@ async fn ci_pushes_a_release_with_a_release_token() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(staging.desired.version(), Some("v2"));
+    assert_eq!(staging.desired.version().map(|v| v.as_str()), Some("v2"));
 }
 
 #[tokio::test]
@@ -162,7 +162,10 @@ async fn an_approver_approves_the_desired_version_or_a_given_one() {
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     let desired = api.store.get_instance(&web("prod")).await.unwrap().unwrap();
-    assert_eq!(reply.json["version"], desired.desired.version().unwrap());
+    assert_eq!(
+        reply.json["version"],
+        desired.desired.version().unwrap().as_str()
+    );
     let reply = api
         .call(
             Method::POST,

@@ -102,7 +102,7 @@ impl DynamoStore {
             },
         };
         let mut order = key(pk, pushed_sk(seq));
-        order.insert(VERSION.to_owned(), s(&release.version));
+        order.insert(VERSION.to_owned(), s(release.version.as_str()));
         order.insert(BODY.to_owned(), body);
         let mut writes = vec![version_write, Write::put(order, None)];
         if let Some(previous) = previous_seq {

@@ -34,7 +34,7 @@ pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
             service_id: "svc-id-1".into(),
         },
         kind: JobKind::Apply,
-        version: "v42".into(),
+        version: "v42".parse().unwrap(),
         attempt: 1,
         spec: JobSpec {
             runner: RunnerSpec::Local,

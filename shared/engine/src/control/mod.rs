@@ -17,10 +17,12 @@ use vergence_model::ports::{
 };
 use vergence_model::{
     ApplicationName, Approval, Desired, Event, EventFilter, EventKind, InstanceKey, InstanceRecord,
-    InstanceState, Precondition, Release, ServiceName, check_version,
+    InstanceState, Precondition, Release, ServiceName, Version,
 };
 
 mod policy;
+
+pub use policy::{PauseAction, StepFailure};
 
 const MAX_CONFLICT_RETRIES: usize = 5;
 
@@ -40,8 +42,8 @@ pub struct ApplyReport {
 #[serde(rename_all = "camelCase")]
 pub struct PlanEntry {
     pub instance: InstanceKey,
-    pub current_version: Option<String>,
-    pub desired_version: Option<String>,
+    pub current_version: Option<Version>,
+    pub desired_version: Option<Version>,
     pub action: PlanAction,
     /// What the change waits for before it is applied (gates, fetch).
     pub notes: Vec<String>,
@@ -430,11 +432,10 @@ impl Control {
         &self,
         application: Option<ApplicationName>,
         service: &ServiceName,
-        version: &str,
+        version: &Version,
         params: &BTreeMap<String, String>,
         actor: &str,
     ) -> Result<Release> {
-        check_version(version).map_err(|e| Error::invalid("version", e))?;
         let model = self.require_model().await?;
         let application = match application {
             Some(app) => app,
@@ -444,7 +445,7 @@ impl Control {
         let release = Release {
             application: application.clone(),
             service: service.clone(),
-            version: version.to_owned(),
+            version: version.clone(),
             config_fingerprint: model.fingerprint(&application, service, &typed)?,
             params: typed,
             created_at: self.clock.now(),
@@ -466,7 +467,7 @@ impl Control {
             release_channel: None,
             actor: actor.to_owned(),
             kind: EventKind::ReleaseCreated {
-                version: version.to_owned(),
+                version: version.clone(),
             },
             message: format!("release {version} of {service} pushed"),
         };
@@ -484,7 +485,7 @@ impl Control {
     pub async fn approve(
         &self,
         key: &InstanceKey,
-        version: Option<&str>,
+        version: Option<&Version>,
         actor: &str,
     ) -> Result<Approval> {
         let record = self
@@ -493,11 +494,8 @@ impl Control {
             .await?
             .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
         let version = match version {
-            Some(v) => {
-                check_version(v).map_err(|e| Error::invalid("version", e))?;
-                v.to_owned()
-            }
-            None => record.desired.version().map(str::to_owned).ok_or_else(|| {
+            Some(v) => v.clone(),
+            None => record.desired.version().cloned().ok_or_else(|| {
                 Error::invalid(
                     "version",
                     format!("{key} has no desired version yet; pass --version"),
@@ -623,7 +621,7 @@ impl Control {
         for (key, wanted) in &desired {
             let record = existing.get(key);
             let current_version = record.and_then(|r| r.state.current_version.clone());
-            let desired_version = wanted.version().map(str::to_owned);
+            let desired_version = wanted.version().cloned();
             let action = match (record, wanted) {
                 (_, Desired::Unresolved { .. }) => PlanAction::WaitForRelease,
                 (None, _) => PlanAction::Add,

@@ -6,7 +6,7 @@ use vergence_model::error::{Error, Result};
 use vergence_model::ports::InstanceFilter;
 use vergence_model::{
     AlertState, ControlMark, Desired, Event, EventKind, InstanceKey, InstanceRecord, Pin,
-    ProtectionCheck, Release, RollbackRequest, RollbackTarget, check_version,
+    ProtectionCheck, Release, RollbackRequest, RollbackTarget, Version,
 };
 
 use super::Control;
@@ -14,22 +14,44 @@ use super::Control;
 /// How far back `pin` and `rollback --version` look for a release.
 const RELEASE_LOOKBACK: usize = 1000;
 
+/// What an operator does to the applies of some instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseAction {
+    /// Stop applies; fetches go on, so drift is still seen.
+    Pause,
+    /// Let applies run again.
+    Resume,
+}
+
+impl PauseAction {
+    /// The past tense, for messages: "paused", "resumed".
+    pub fn done(self) -> &'static str {
+        match self {
+            PauseAction::Pause => "paused",
+            PauseAction::Resume => "resumed",
+        }
+    }
+}
+
+/// Why the engine stopped stepping an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepFailure {
+    /// An error retrying cannot fix.
+    Permanent,
+    /// A retryable error that kept failing until the message was given up
+    /// on (it goes to the dead-letter queue).
+    GaveUp,
+}
+
 impl Control {
-    /// Stops applies (fetches go on) on every instance matching `filter`.
-    pub async fn pause(&self, filter: &InstanceFilter, actor: &str) -> Result<Vec<InstanceKey>> {
-        self.set_paused(filter, actor, true).await
-    }
-
-    pub async fn resume(&self, filter: &InstanceFilter, actor: &str) -> Result<Vec<InstanceKey>> {
-        self.set_paused(filter, actor, false).await
-    }
-
-    async fn set_paused(
+    /// Pauses or resumes applies on every instance matching `filter`.
+    pub async fn pause(
         &self,
         filter: &InstanceFilter,
+        action: PauseAction,
         actor: &str,
-        paused: bool,
     ) -> Result<Vec<InstanceKey>> {
+        let pause = action == PauseAction::Pause;
         let records = self.store.list_instances(filter).await?;
         if records.is_empty() {
             return Err(Error::not_found("instances matching the filter"));
@@ -38,17 +60,16 @@ impl Control {
         let mut keys = Vec::new();
         for record in records {
             self.update_instance(&record.key, |r| {
-                if r.controls.paused.is_some() == paused {
+                if r.controls.paused.is_some() == pause {
                     return Vec::new();
                 }
-                r.controls.paused = paused.then(|| ControlMark {
+                r.controls.paused = pause.then(|| ControlMark {
                     actor: actor.to_owned(),
                     at: now,
                 });
-                let (kind, verb) = if paused {
-                    (EventKind::Paused, "paused applies")
-                } else {
-                    (EventKind::Resumed, "resumed applies")
+                let (kind, verb) = match action {
+                    PauseAction::Pause => (EventKind::Paused, "paused applies"),
+                    PauseAction::Resume => (EventKind::Resumed, "resumed applies"),
                 };
                 vec![Event::for_instance(
                     &r.key,
@@ -66,14 +87,13 @@ impl Control {
     }
 
     /// Holds one instance on a released version until unpinned.
-    pub async fn pin(&self, key: &InstanceKey, version: &str, actor: &str) -> Result<()> {
-        check_version(version).map_err(|e| Error::invalid("version", e))?;
+    pub async fn pin(&self, key: &InstanceKey, version: &Version, actor: &str) -> Result<()> {
         let desired = self.desired_for_release(key, version).await?;
         let model = self.require_model().await?;
         let now = self.clock.now();
         self.update_instance(key, |r| {
             r.controls.pinned = Some(Pin {
-                version: version.to_owned(),
+                version: version.clone(),
                 actor: actor.to_owned(),
                 at: now,
             });
@@ -84,7 +104,7 @@ impl Control {
                 now,
                 actor,
                 EventKind::Pinned {
-                    version: version.to_owned(),
+                    version: version.clone(),
                 },
                 format!("{actor} pinned {} to {version}", r.key.release_channel),
             )]
@@ -125,14 +145,13 @@ impl Control {
     pub async fn rollback(
         &self,
         key: &InstanceKey,
-        version: Option<&str>,
+        version: Option<&Version>,
         actor: &str,
     ) -> Result<()> {
         let record = self.instance(key).await?;
-        let desired = record.desired.version().unwrap_or_default().to_owned();
+        let desired = record.desired.version().cloned();
         let to = match version {
             Some(v) => {
-                check_version(v).map_err(|e| Error::invalid("version", e))?;
                 let Desired::Ready(spec) = self.desired_for_release(key, v).await? else {
                     return Err(Error::invalid(
                         "version",
@@ -148,7 +167,7 @@ impl Control {
             None => None,
         };
         let good = match &record.state.last_good {
-            Some(g) if g.version != desired => Some(g),
+            Some(g) if Some(&g.version) != desired.as_ref() => Some(g),
             _ => record.state.previous_good.as_ref(),
         };
         let target_version = match (&to, good) {
@@ -164,12 +183,13 @@ impl Control {
                 ));
             }
         };
-        if target_version == desired {
+        if Some(&target_version) == desired.as_ref() {
             return Err(Error::invalid(
                 "version",
-                format!("{key} already wants {desired}; a rollback goes to another version"),
+                format!("{key} already wants {target_version}; a rollback goes to another version"),
             ));
         }
+        let desired = desired.as_ref().map_or("-", Version::as_str);
         let now = self.clock.now();
         self.update_instance(key, |r| {
             r.state.rollback_request = Some(RollbackRequest {
@@ -252,7 +272,7 @@ impl Control {
     }
 
     /// The desired state of `key` when running release `version`.
-    async fn desired_for_release(&self, key: &InstanceKey, version: &str) -> Result<Desired> {
+    async fn desired_for_release(&self, key: &InstanceKey, version: &Version) -> Result<Desired> {
         let model = self.require_model().await?;
         let release = self.release(key, version).await?.ok_or_else(|| {
             Error::not_found(format!(
@@ -267,14 +287,14 @@ impl Control {
     pub(super) async fn release(
         &self,
         key: &InstanceKey,
-        version: &str,
+        version: &Version,
     ) -> Result<Option<Release>> {
         Ok(self
             .store
             .list_releases(&key.application, &key.service, RELEASE_LOOKBACK)
             .await?
             .into_iter()
-            .find(|r| r.version == version))
+            .find(|r| &r.version == version))
     }
 
     pub(crate) async fn instance(&self, key: &InstanceKey) -> Result<InstanceRecord> {
@@ -345,8 +365,8 @@ impl Control {
         lines.push(format!("  reason: {}", state.reason));
         lines.push(format!(
             "  desired: {}   current: {}",
-            record.desired.version().unwrap_or("-"),
-            state.current_version.as_deref().unwrap_or("-")
+            record.desired.version().map_or("-", Version::as_str),
+            state.current_version.as_ref().map_or("-", Version::as_str)
         ));
         if let Some(p) = &record.controls.paused {
             lines.push(format!("  paused by {} at {}", p.actor, moment(p.at)));
@@ -382,7 +402,7 @@ impl Control {
                 };
                 lines.push(line);
             }
-            for check in spec.protections_at("postDeployment") {
+            for check in spec.protections_at(vergence_model::LifecycleKind::PostDeployment) {
                 let seen = state.protections.get(&check.key());
                 lines.push(format!(
                     "    post-deployment {}: {}",
@@ -452,7 +472,7 @@ impl Control {
         &self,
         key: &InstanceKey,
         error: &str,
-        dead_lettered: bool,
+        failure: StepFailure,
         actor: &str,
     ) -> Result<()> {
         let now = self.clock.now();
@@ -460,19 +480,22 @@ impl Control {
             .update_instance(key, |r| {
                 let from = r.state.status;
                 r.state.status = vergence_model::Status::Failed;
-                r.state.reason = if dead_lettered {
-                    format!(
+                r.state.reason = match failure {
+                    StepFailure::GaveUp => format!(
                         "Vergence gave up stepping this instance after repeated failures: {error}"
-                    )
-                } else {
-                    format!("Vergence cannot step this instance: {error}")
+                    ),
+                    StepFailure::Permanent => {
+                        format!("Vergence cannot step this instance: {error}")
+                    }
                 };
                 r.state.since = Some(now);
                 vec![Event::for_instance(
                     &r.key,
                     now,
                     actor,
-                    EventKind::StepFailed { dead_lettered },
+                    EventKind::StepFailed {
+                        dead_lettered: failure == StepFailure::GaveUp,
+                    },
                     format!("{} (was {from})", r.state.reason),
                 )]
             })
