@@ -9,12 +9,12 @@ use anyhow::{Context, Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
-use vergence_engine::{Engine, JobCompletion};
+use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ConfigBundle;
 use vergence_model::ports::{
     Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
-use vergence_model::{EventFilter, InstanceKey, Status};
+use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
@@ -156,25 +156,7 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         .request_checks(&InstanceFilter::default(), &actor)
         .await?;
 
-    let sink = Arc::new(JobCompletion::new(
-        local.store.clone(),
-        local.queue.clone(),
-        local.clock.clone(),
-    ));
-    let runner = Arc::new(LocalRunner::new(sink, args.max_jobs));
-    let engine = Engine::new(
-        local.store.clone(),
-        local.queue.clone(),
-        runner,
-        local.clock.clone(),
-    );
-    let driver = Driver::new(
-        engine,
-        local.store.clone(),
-        local.queue.clone(),
-        local.clock.clone(),
-        args.max_jobs.max(4),
-    );
+    let driver = local_driver(&local, args.max_jobs, "`vergence up`");
     let mode = if args.watch {
         DriveMode::Forever
     } else {
@@ -477,18 +459,22 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// The engine loop over the local state, with the local-process runner.
-fn local_driver(local: &Local, max_jobs: usize) -> Driver {
+/// The engine loop over the local state, with this machine's runners;
+/// `deployment` names the command, for reasons.
+fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
     let sink = Arc::new(JobCompletion::new(
         local.store.clone(),
         local.queue.clone(),
         local.clock.clone(),
     ));
-    let runner = Arc::new(LocalRunner::new(sink, max_jobs));
+    let runners = RunnerRouter::new(deployment).with(
+        RunnerKind::Local,
+        Arc::new(LocalRunner::new(sink, max_jobs)),
+    );
     let engine = Engine::new(
         local.store.clone(),
         local.queue.clone(),
-        runner,
+        runners,
         local.clock.clone(),
     );
     Driver::new(
@@ -545,7 +531,7 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
             ..vergence_api::ApiConfig::default()
         },
     ));
-    let driver = local_driver(&local, args.max_jobs);
+    let driver = local_driver(&local, args.max_jobs, "`vergence serve`");
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(

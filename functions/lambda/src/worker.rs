@@ -17,9 +17,9 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use tracing::{error, info, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
-use vergence_engine::{Engine, JobCompletion};
-use vergence_model::JobRecord;
+use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::Runner;
+use vergence_model::{JobRecord, RunnerKind};
 use vergence_runner_local::LocalRunner;
 
 use crate::Deployment;
@@ -87,10 +87,11 @@ impl Worker {
                 margin: self.deployment.config.job_timeout_margin,
             }),
         };
+        let runners = RunnerRouter::new("the worker function").with(RunnerKind::Local, runner);
         let engine = Engine::new(
             self.deployment.state(),
             self.deployment.work(),
-            runner,
+            runners,
             self.deployment.clock.clone(),
         );
         let mut response = SqsBatchResponse::default();

@@ -24,8 +24,8 @@ use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use vergence_model::ports::{Clock, SystemClock, WorkItem, WorkQueue};
 use vergence_model::InstanceKey;
+use vergence_model::ports::{Clock, SystemClock, WorkItem, WorkQueue};
 
 use crate::error::AwsError;
 

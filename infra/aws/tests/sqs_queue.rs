@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use jiff::{SignedDuration, Timestamp};
 
 use vergence_aws::{ReceivedWork, SqsQueue, WorkMessage};
-use vergence_model::ports::{WorkItem, WorkQueue};
 use vergence_model::InstanceKey;
+use vergence_model::ports::{WorkItem, WorkQueue};
 
 async fn queue() -> Option<SqsQueue> {
     let url = common::endpoint(common::SQS_URL)?;

@@ -26,6 +26,10 @@ pub const ACTOR: &str = "engine";
 /// died never reports, and the instance must not wait forever.
 const LOST_JOB_SLACK: SignedDuration = SignedDuration::from_mins(2);
 
+/// How soon an instance waiting for its runner (an agent that went quiet)
+/// looks again.
+const RUNNER_RECHECK: SignedDuration = SignedDuration::from_secs(30);
+
 /// Decides the next step for one instance.
 pub fn decide(record: &InstanceRecord, facts: &Facts) -> Decision {
     let mut decider = Decider {
@@ -744,7 +748,24 @@ impl Decider<'_> {
         self.dispatch_apply(spec, why);
     }
 
+    /// Whether a job on `job`'s runner can start now; when it cannot, the
+    /// instance waits BLOCKED with the runner's reason and looks again soon,
+    /// without counting an attempt.
+    fn runner_ready(&mut self, job: &JobSpec) -> bool {
+        let Some(reason) = self.facts.unavailable(&job.runner) else {
+            return true;
+        };
+        let until = after(self.now, RUNNER_RECHECK);
+        let reason = format!("waiting for the {} runner: {reason}", job.runner.name());
+        self.set_status(Status::Blocked, reason, Some(WaitCause::Time { until }));
+        self.check_at(until);
+        false
+    }
+
     fn dispatch_apply(&mut self, spec: &CompiledInstance, why: String) {
+        if !self.runner_ready(&spec.apply.job) {
+            return;
+        }
         let now = self.now;
         let target = self.target();
         target.apply_attempts += 1;
@@ -770,6 +791,9 @@ impl Decider<'_> {
     }
 
     fn dispatch_fetch(&mut self, spec: &CompiledInstance, fetch: &FetchSpec, verify: bool) {
+        if !self.runner_ready(&fetch.job) {
+            return;
+        }
         self.state.checks_requested = false;
         let attempt = self.state.target.as_ref().map_or(0, |t| t.fetch_failures) + 1;
         let job = self.new_job(spec, JobKind::Fetch, &fetch.job, attempt);
@@ -796,6 +820,9 @@ impl Decider<'_> {
         let ProtectionCheck::Job { job } = &protection.check else {
             return;
         };
+        if !self.runner_ready(job) {
+            return;
+        }
         let job = self.new_job(spec, JobKind::Protection, job, 1);
         if let Some(flight) = self.state.in_flight.as_mut() {
             flight.protection = Some(key.clone());
@@ -958,7 +985,10 @@ impl Decider<'_> {
             .map_or(self.now, |at| after(at, info.poll_interval));
         if self.now < due {
             self.check_at(due);
-        } else if self.jobs.is_empty() && self.state.in_flight.is_none() {
+        } else if self.jobs.is_empty()
+            && self.state.in_flight.is_none()
+            && self.facts.unavailable(&info.job.runner).is_none()
+        {
             let job = self.new_job(spec, JobKind::GetInfo, &info.job, 1);
             self.jobs.push(job);
         }

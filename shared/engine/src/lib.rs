@@ -11,6 +11,7 @@ pub mod control;
 mod decide;
 pub mod fetch;
 pub mod gates;
+mod runners;
 mod step;
 
 use std::collections::BTreeMap;
@@ -19,11 +20,12 @@ use jiff::Timestamp;
 
 pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
+pub use runners::RunnerRouter;
 pub use step::{Engine, JobCompletion, StepReport, load_facts};
 
 use vergence_model::{
     AlertState, Approval, Event, InstanceRecord, InstanceState, JobRecord, ReleaseChannelName,
-    Status, WaitCause,
+    RunnerSpec, Status, WaitCause,
 };
 
 /// Everything outside the instance that a decision depends on.
@@ -38,6 +40,8 @@ pub struct Facts {
     pub approvals: Vec<Approval>,
     /// Alerts its protections refer to.
     pub alerts: BTreeMap<String, AlertState>,
+    /// Runners its jobs use that cannot take jobs now, with the reason.
+    pub unavailable_runners: Vec<(RunnerSpec, String)>,
 }
 
 impl Facts {
@@ -48,7 +52,16 @@ impl Facts {
             upstream: BTreeMap::new(),
             approvals: Vec::new(),
             alerts: BTreeMap::new(),
+            unavailable_runners: Vec::new(),
         }
+    }
+
+    /// Why jobs on `runner` cannot start now, if they cannot.
+    pub fn unavailable(&self, runner: &RunnerSpec) -> Option<&str> {
+        self.unavailable_runners
+            .iter()
+            .find(|(spec, _)| spec == runner)
+            .map(|(_, reason)| reason.as_str())
     }
 }
 

@@ -11,14 +11,15 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use tracing::{debug, instrument, warn};
 
-use super::{Decision, Facts, Settled, UpstreamView, decide, settled};
+use super::{Decision, Facts, RunnerRouter, Settled, UpstreamView, decide, settled};
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
-    Clock, InstanceChange, InstanceCommit, JobResultSink, Runner, StateStore, WorkItem, WorkQueue,
+    Availability, Clock, InstanceChange, InstanceCommit, JobResultSink, Runner, StateStore,
+    WorkItem, WorkQueue,
 };
 use vergence_model::{
-    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState, Precondition,
-    ProtectionCheck, Status,
+    CompiledInstance, Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState,
+    Precondition, ProtectionCheck, RunnerSpec, Status,
 };
 
 /// Conflicting writers are rare (a config push racing a step); a few
@@ -42,7 +43,7 @@ pub struct StepReport {
 pub struct Engine {
     store: Arc<dyn StateStore>,
     queue: Arc<dyn WorkQueue>,
-    runner: Arc<dyn Runner>,
+    runners: Arc<RunnerRouter>,
     clock: Arc<dyn Clock>,
 }
 
@@ -56,13 +57,13 @@ impl Engine {
     pub fn new(
         store: Arc<dyn StateStore>,
         queue: Arc<dyn WorkQueue>,
-        runner: Arc<dyn Runner>,
+        runners: RunnerRouter,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             store,
             queue,
-            runner,
+            runners: Arc::new(runners),
             clock,
         }
     }
@@ -142,6 +143,14 @@ impl Engine {
         if let Some(flight) = &record.state.in_flight {
             facts.finished_job = self.finished_job(&flight.job_id, now).await?;
         }
+        if let Some(spec) = record.desired.compiled() {
+            for runner in runners_of(spec) {
+                if let Availability::Unavailable(reason) = self.runners.availability(&runner).await
+                {
+                    facts.unavailable_runners.push((runner, reason));
+                }
+            }
+        }
         Ok(facts)
     }
 
@@ -157,7 +166,7 @@ impl Engine {
         if !matches!(job.state, JobState::Dispatched { .. }) {
             return Ok(None);
         }
-        match self.runner.poll(&job).await {
+        match self.runners.poll(&job).await {
             Ok(Some(result)) => {
                 self.store.finish_job(id, &result).await?;
                 self.store.get_job(id).await
@@ -190,7 +199,7 @@ impl Engine {
             debug!(job = %job.id, "already dispatched elsewhere");
             return Ok(());
         }
-        if let Err(e) = self.runner.dispatch(job).await {
+        if let Err(e) = self.runners.dispatch(job).await {
             // The job never started; its result says so and the engine
             // treats it like any failed attempt.
             warn!(job = %job.id, error = %e, "dispatch failed");
@@ -270,6 +279,25 @@ impl JobResultSink for JobCompletion {
         }
         Ok(())
     }
+}
+
+/// Every runner the instance's jobs use, once each.
+fn runners_of(spec: &CompiledInstance) -> Vec<RunnerSpec> {
+    let mut runners: Vec<RunnerSpec> = Vec::new();
+    let jobs = [Some(&spec.apply.job), spec.fetch.as_ref().map(|f| &f.job)]
+        .into_iter()
+        .chain([spec.get_info.as_ref().map(|g| &g.job)])
+        .flatten()
+        .chain(spec.protections.iter().filter_map(|p| match &p.check {
+            ProtectionCheck::Job { job } => Some(job.as_ref()),
+            ProtectionCheck::Alert { .. } => None,
+        }));
+    for job in jobs {
+        if !runners.contains(&job.runner) {
+            runners.push(job.runner.clone());
+        }
+    }
+    runners
 }
 
 /// The facts a decision about `record` depends on, from the store: the

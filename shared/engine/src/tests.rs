@@ -73,6 +73,7 @@ pub(super) struct Sim {
     pub(super) upstream: BTreeMap<ReleaseChannelName, UpstreamView>,
     pub(super) approvals: Vec<Approval>,
     pub(super) alerts: BTreeMap<String, AlertState>,
+    pub(super) unavailable_runners: Vec<(RunnerSpec, String)>,
     last: Option<Decision>,
 }
 
@@ -94,6 +95,7 @@ impl Sim {
             upstream: BTreeMap::new(),
             approvals: Vec::new(),
             alerts: BTreeMap::new(),
+            unavailable_runners: Vec::new(),
             last: None,
         }
     }
@@ -105,6 +107,7 @@ impl Sim {
             upstream: self.upstream.clone(),
             approvals: self.approvals.clone(),
             alerts: self.alerts.clone(),
+            unavailable_runners: self.unavailable_runners.clone(),
         }
     }
 
@@ -739,4 +742,44 @@ fn a_lost_apply_is_checked_with_a_fetch_before_it_is_applied_again() {
     let d = sim.finish(0, "");
     assert!(d.jobs.is_empty(), "it had applied: no second apply");
     assert_eq!(sim.status(), Status::Converged);
+}
+
+#[test]
+fn an_unavailable_runner_holds_the_instance_blocked_without_counting_attempts() {
+    let mut sim = Sim::new(spec("staging", "v1", Some(FetchMode::ExitCode)));
+    sim.unavailable_runners = vec![(
+        RunnerSpec::Local,
+        "agent prod-eu last seen 6m ago".to_owned(),
+    )];
+    let decision = sim.step().clone();
+    assert!(decision.jobs.is_empty(), "nothing starts");
+    assert_eq!(sim.status(), Status::Blocked);
+    assert!(
+        sim.record
+            .state
+            .reason
+            .contains("waiting for the local runner: agent prod-eu last seen 6m ago"),
+        "{}",
+        sim.record.state.reason
+    );
+    assert_eq!(
+        decision.next_check_at,
+        Some(sim.now + SignedDuration::from_secs(30)),
+        "looks again soon"
+    );
+    assert!(matches!(settled(&sim.record), Settled::Waiting));
+
+    sim.unavailable_runners.clear();
+    sim.advance(SignedDuration::from_secs(30));
+    let decision = sim.step().clone();
+    assert_eq!(
+        decision.jobs.len(),
+        1,
+        "the fetch starts once the runner is back"
+    );
+    assert_eq!(decision.jobs[0].kind, JobKind::Fetch);
+    assert_eq!(
+        decision.jobs[0].attempt, 1,
+        "no attempt was counted while blocked"
+    );
 }

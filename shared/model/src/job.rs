@@ -85,13 +85,52 @@ pub enum RunnerSpec {
 }
 
 impl RunnerSpec {
-    pub fn name(&self) -> &'static str {
+    pub fn kind(&self) -> RunnerKind {
         match self {
-            RunnerSpec::Local => "local",
-            RunnerSpec::Kubernetes { .. } => "kubernetes",
-            RunnerSpec::Ecs { .. } => "ecs",
-            RunnerSpec::CloudRun { .. } => "cloudRun",
+            RunnerSpec::Local => RunnerKind::Local,
+            RunnerSpec::Kubernetes { .. } => RunnerKind::Kubernetes,
+            RunnerSpec::Ecs { .. } => RunnerKind::Ecs,
+            RunnerSpec::CloudRun { .. } => RunnerKind::CloudRun,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// The kinds of runner, without their settings: what a deployment has a
+/// runner for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunnerKind {
+    Local,
+    Kubernetes,
+    Ecs,
+    CloudRun,
+}
+
+impl RunnerKind {
+    pub const ALL: [RunnerKind; 4] = [
+        RunnerKind::Local,
+        RunnerKind::Kubernetes,
+        RunnerKind::Ecs,
+        RunnerKind::CloudRun,
+    ];
+
+    /// The name used in config (`runner: {ecs: …}`) and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Local => "local",
+            RunnerKind::Kubernetes => "kubernetes",
+            RunnerKind::Ecs => "ecs",
+            RunnerKind::CloudRun => "cloudRun",
+        }
+    }
+}
+
+impl fmt::Display for RunnerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::{
     AlertState, ApiToken, ApplicationName, Approval, Desired, Event, EventFilter, InstanceKey,
     InstanceRecord, JobId, JobRecord, JobResult, ParamValue, Release, ReleaseChannelName,
-    ServiceName,
+    RunnerSpec, ServiceName,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -305,6 +305,21 @@ pub trait Runner: Send + Sync {
     async fn poll(&self, _job: &JobRecord) -> Result<Option<JobResult>> {
         Ok(None)
     }
+
+    /// Whether jobs for `spec` can start now. A runner whose jobs go
+    /// through something that comes and goes (an agent) says why not; the
+    /// instance then waits with that reason instead of failing attempts.
+    async fn availability(&self, _spec: &RunnerSpec) -> Availability {
+        Availability::Ready
+    }
+}
+
+/// Whether a runner can take jobs now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    Ready,
+    /// Not now, and why, in a sentence that says what to do.
+    Unavailable(String),
 }
 
 /// Where runners report finished jobs.

@@ -1,0 +1,153 @@
+//! Routing jobs to runners: a deployment has a runner per kind it supports
+//! (local processes, ECS tasks, Cloud Run jobs, Kubernetes Jobs through an
+//! agent), and every job goes to the one its [`RunnerSpec`] names.
+//!
+//! A job whose runner this deployment does not have never starts: the
+//! instance waits with a reason that names the runtime's runner and says
+//! what would run it, instead of burning its retry attempts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use vergence_model::ports::{Availability, Runner};
+use vergence_model::{Error, JobRecord, JobResult, Result, RunnerKind, RunnerSpec};
+
+/// The runners of one deployment, by kind.
+#[derive(Clone, Default)]
+pub struct RunnerRouter {
+    runners: BTreeMap<RunnerKind, Arc<dyn Runner>>,
+    /// What this deployment is, for reasons ("`vergence up`", "the worker
+    /// function").
+    deployment: String,
+}
+
+impl fmt::Debug for RunnerRouter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunnerRouter")
+            .field("kinds", &self.kinds())
+            .field("deployment", &self.deployment)
+            .finish()
+    }
+}
+
+impl RunnerRouter {
+    /// A router with no runners yet; `deployment` names what is running,
+    /// for reasons.
+    pub fn new(deployment: impl Into<String>) -> Self {
+        Self {
+            runners: BTreeMap::new(),
+            deployment: deployment.into(),
+        }
+    }
+
+    /// Routes jobs of `kind` to `runner`.
+    pub fn with(mut self, kind: RunnerKind, runner: Arc<dyn Runner>) -> Self {
+        self.runners.insert(kind, runner);
+        self
+    }
+
+    /// The kinds this deployment can run.
+    pub fn kinds(&self) -> Vec<RunnerKind> {
+        self.runners.keys().copied().collect()
+    }
+
+    fn runner(&self, spec: &RunnerSpec) -> Result<&Arc<dyn Runner>> {
+        self.runners.get(&spec.kind()).ok_or_else(|| Error::Runner {
+            runner: spec.name().to_owned(),
+            message: self.missing(spec.kind()),
+        })
+    }
+
+    fn missing(&self, kind: RunnerKind) -> String {
+        let hint = match kind {
+            RunnerKind::Kubernetes => {
+                "Kubernetes jobs run through vergence-agent, which connects to `vergence serve` or the api function"
+            }
+            RunnerKind::Local => "local jobs run under `vergence up` and `vergence serve`",
+            RunnerKind::Ecs | RunnerKind::CloudRun => {
+                "this build of Vergence was made without that runner"
+            }
+        };
+        format!(
+            "{} has no {kind} runner ({hint}); it runs: {}",
+            self.deployment,
+            self.kinds()
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+#[async_trait]
+impl Runner for RunnerRouter {
+    async fn dispatch(&self, job: &JobRecord) -> Result<()> {
+        self.runner(&job.spec.runner)?.dispatch(job).await
+    }
+
+    async fn poll(&self, job: &JobRecord) -> Result<Option<JobResult>> {
+        self.runner(&job.spec.runner)?.poll(job).await
+    }
+
+    async fn availability(&self, spec: &RunnerSpec) -> Availability {
+        match self.runners.get(&spec.kind()) {
+            Some(runner) => runner.availability(spec).await,
+            None => Availability::Unavailable(self.missing(spec.kind())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Refusing;
+
+    #[async_trait]
+    impl Runner for Refusing {
+        async fn dispatch(&self, _: &JobRecord) -> Result<()> {
+            Err(Error::Runner {
+                runner: "local".into(),
+                message: "reached".into(),
+            })
+        }
+
+        async fn availability(&self, _: &RunnerSpec) -> Availability {
+            Availability::Unavailable("agent a last seen 6m ago".into())
+        }
+    }
+
+    fn ecs() -> RunnerSpec {
+        RunnerSpec::Ecs {
+            cluster: "c".into(),
+            subnets: vec!["s".into()],
+            security_groups: vec![],
+            assign_public_ip: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_runner_is_unavailable_with_a_reason_naming_it() {
+        let router = RunnerRouter::new("`vergence up`").with(RunnerKind::Local, Arc::new(Refusing));
+        let Availability::Unavailable(reason) = router.availability(&ecs()).await else {
+            panic!("ecs is not routed");
+        };
+        assert!(
+            reason.contains("`vergence up` has no ecs runner"),
+            "{reason}"
+        );
+        assert!(reason.contains("it runs: local"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn availability_and_dispatch_reach_the_runner_of_the_kind() {
+        let router = RunnerRouter::new("test").with(RunnerKind::Local, Arc::new(Refusing));
+        assert_eq!(
+            router.availability(&RunnerSpec::Local).await,
+            Availability::Unavailable("agent a last seen 6m ago".into())
+        );
+    }
+}
