@@ -1,8 +1,10 @@
 //! The default executor: a task's container `command` + `args` run as a
-//! local process, with only the container's environment (plus `PATH` and
-//! `HOME`, so ordinary tools resolve), in the container's `workingDir` when
-//! that exists on this machine and in a fresh temporary directory
-//! otherwise. Stdout and stderr go to the log store line by line.
+//! local process (`args` alone when the container sets no command: the
+//! image's entrypoint is unknown here), with only the container's
+//! environment (plus `PATH` and `HOME`, so ordinary tools resolve), in the
+//! container's `workingDir` when that exists on this machine and in a fresh
+//! temporary directory otherwise. Stdout and stderr go to the log store
+//! line by line.
 //!
 //! The process leads a process group of its own. When it exits, or when
 //! the fake stops the task (timeout, cancellation), the whole group is

@@ -406,3 +406,32 @@ async fn updating_a_job_changes_what_its_next_run_runs() {
     assert_eq!(updated.observed_generation, 2);
     assert_eq!(fake.task_runs()[0].args, ["echo v2"]);
 }
+
+#[tokio::test]
+async fn a_task_runs_in_its_working_dir_when_that_exists_here() {
+    let fake = FakeCloudRun::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir
+        .path()
+        .canonicalize()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (id, working_dir) in [("here", dir.as_str()), ("elsewhere", "/workspace/not/here")] {
+        let mut job = shell_job("pwd");
+        let task = job.template.as_mut().unwrap().template.as_mut().unwrap();
+        task.containers[0].working_dir = working_dir.into();
+        create_job(&fake, id, job).await;
+        run_to_end(&fake, id, None).await;
+    }
+
+    let lines: Vec<String> = fake
+        .log_entries()
+        .iter()
+        .map(|e| e["textPayload"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(lines[0], dir);
+    assert_ne!(lines[1], "/workspace/not/here");
+    assert!(std::path::Path::new(&lines[1]).is_absolute());
+}
