@@ -2,7 +2,7 @@
 //! come go to the work queue. The due index makes this cost O(due).
 
 use tracing::info;
-use vergence_model::ports::WorkItem;
+use vergence_engine::enqueue_due;
 
 use crate::Deployment;
 
@@ -28,17 +28,9 @@ pub async fn handle(
 /// Enqueues every due instance.
 pub async fn run(deployment: &Deployment) -> vergence_model::Result<ScheduleReport> {
     let now = deployment.clock.now();
-    let due = deployment.state().due_instances(now, MAX_PER_RUN).await?;
-    let items: Vec<WorkItem> = due
-        .into_iter()
-        .map(|instance| WorkItem {
-            instance,
-            not_before: now,
-        })
-        .collect();
-    deployment.work().enqueue(&items).await?;
-    info!(enqueued = items.len(), "scheduled due instances");
-    Ok(ScheduleReport {
-        enqueued: items.len(),
-    })
+    let state = deployment.state();
+    let work = deployment.work();
+    let enqueued = enqueue_due(state.as_ref(), work.as_ref(), now, MAX_PER_RUN).await?;
+    info!(enqueued, "scheduled due instances");
+    Ok(ScheduleReport { enqueued })
 }

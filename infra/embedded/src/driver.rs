@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tracing::warn;
 
-use vergence_engine::{Engine, Settled, StepReport, settled};
+use vergence_engine::{Engine, Settled, StepReport, enqueue_due, settled};
 use vergence_model::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
 use vergence_model::{Event, InstanceKey};
 
@@ -20,6 +20,9 @@ use crate::queue::LocalQueue;
 /// How often the store is asked for due instances, which also picks up
 /// releases and approvals recorded by other `vergence` processes.
 const STORE_POLL: Duration = Duration::from_secs(2);
+
+/// Most due instances taken per store poll; the rest come with the next.
+const MAX_DUE_PER_POLL: usize = 1000;
 
 /// When to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,18 +194,14 @@ impl Driver {
 
     async fn enqueue_due(&self) -> vergence_model::Result<()> {
         let now = self.clock.now();
-        let due = self.store.due_instances(now, 1000).await?;
-        let items: Vec<WorkItem> = due
-            .into_iter()
-            .map(|instance| WorkItem {
-                instance,
-                not_before: now,
-            })
-            .collect();
-        if items.is_empty() {
-            return Ok(());
-        }
-        self.queue.enqueue(&items).await
+        enqueue_due(
+            self.store.as_ref(),
+            self.queue.as_ref(),
+            now,
+            MAX_DUE_PER_POLL,
+        )
+        .await?;
+        Ok(())
     }
 }
 

@@ -7,6 +7,9 @@
 //! [`Compiler`](vergence_model::ports::Compiler) port: it depends on no
 //! YAML, cloud, Kubernetes or HTTP library.
 
+// The core stays readable: no function over 80 lines (clippy.toml).
+#![warn(clippy::too_many_lines)]
+
 pub mod control;
 mod decide;
 pub mod fetch;
@@ -21,7 +24,7 @@ use jiff::Timestamp;
 pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
 pub use runners::RunnerRouter;
-pub use step::{Engine, JobCompletion, StepReport, load_facts};
+pub use step::{Engine, JobCompletion, StepReport, enqueue_due, load_facts};
 
 use vergence_model::{
     AlertState, Approval, Event, InstanceRecord, InstanceState, JobRecord, ReleaseChannelName,

@@ -281,6 +281,30 @@ impl JobResultSink for JobCompletion {
     }
 }
 
+/// Asks for every instance whose `next_check_at` has come (up to `limit`,
+/// earliest first) to be stepped now; returns how many were enqueued. The
+/// scheduler function and the embedded driver both find due work this way.
+pub async fn enqueue_due(
+    store: &dyn StateStore,
+    queue: &dyn WorkQueue,
+    now: Timestamp,
+    limit: usize,
+) -> Result<usize> {
+    let items: Vec<WorkItem> = store
+        .due_instances(now, limit)
+        .await?
+        .into_iter()
+        .map(|instance| WorkItem {
+            instance,
+            not_before: now,
+        })
+        .collect();
+    if !items.is_empty() {
+        queue.enqueue(&items).await?;
+    }
+    Ok(items.len())
+}
+
 /// Every runner the instance's jobs use, once each.
 fn runners_of(spec: &CompiledInstance) -> Vec<RunnerSpec> {
     let mut runners: Vec<RunnerSpec> = Vec::new();

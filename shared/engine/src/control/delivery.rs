@@ -1,0 +1,190 @@
+//! Delivery operations: pushing a release, approving, asking for fresh
+//! checks, and reading status and events.
+
+use std::collections::BTreeMap;
+
+use vergence_model::error::{Error, Result};
+use vergence_model::ports::InstanceFilter;
+use vergence_model::{
+    ApplicationName, Approval, Event, EventFilter, EventKind, InstanceKey, InstanceRecord, Release,
+    ServiceName, Version,
+};
+
+use super::Control;
+
+impl Control {
+    /// Records a release (a new service version with its parameter values)
+    /// and makes it the desired version of the service in every channel.
+    pub async fn push_release(
+        &self,
+        application: Option<ApplicationName>,
+        service: &ServiceName,
+        version: &Version,
+        params: &BTreeMap<String, String>,
+        actor: &str,
+    ) -> Result<Release> {
+        let model = self.require_model().await?;
+        let application = match application {
+            Some(app) => app,
+            None => model.application_of(service)?,
+        };
+        let typed = model.release_params(&application, service, params)?;
+        let release = Release {
+            application: application.clone(),
+            service: service.clone(),
+            version: version.clone(),
+            config_fingerprint: model.fingerprint(&application, service, &typed)?,
+            params: typed,
+            created_at: self.clock.now(),
+            actor: actor.to_owned(),
+        };
+        let desired = model.compile_service(&application, service, Some(&release))?;
+        self.store.put_release(&release).await?;
+        let mut keys = Vec::new();
+        for (key, state) in desired {
+            if self.set_desired(&key, &state, model.hash()).await? {
+                keys.push(key);
+            }
+        }
+        let event = Event {
+            id: String::new(),
+            at: release.created_at,
+            application: application.clone(),
+            service: Some(service.clone()),
+            release_channel: None,
+            actor: actor.to_owned(),
+            kind: EventKind::ReleaseCreated {
+                version: version.clone(),
+            },
+            message: format!("release {version} of {service} pushed"),
+        };
+        let scope = format!(
+            "release-{application}-{service}-{version}-{}",
+            release.created_at.as_millisecond()
+        );
+        self.append_events(vec![event], &scope).await?;
+        self.wake(&keys).await?;
+        Ok(release)
+    }
+
+    /// Records an approval for one instance, bound to a version (the desired
+    /// one when not given).
+    pub async fn approve(
+        &self,
+        key: &InstanceKey,
+        version: Option<&Version>,
+        actor: &str,
+    ) -> Result<Approval> {
+        let record = self
+            .store
+            .get_instance(key)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
+        let version = match version {
+            Some(v) => v.clone(),
+            None => record.desired.version().cloned().ok_or_else(|| {
+                Error::invalid(
+                    "version",
+                    format!("{key} has no desired version yet; pass --version"),
+                )
+            })?,
+        };
+        // Approving the version that has a plan approves that exact plan.
+        let plan = record.state.plan.as_ref().filter(|p| p.version == version);
+        let approval = Approval {
+            instance: key.clone(),
+            version: version.clone(),
+            plan_sha256: plan.map(|p| p.sha256.clone()),
+            actor: actor.to_owned(),
+            at: self.clock.now(),
+        };
+        self.store.put_approval(&approval).await?;
+        let event = Event::for_instance(
+            key,
+            approval.at,
+            actor,
+            EventKind::ApprovalRecorded {
+                version: version.clone(),
+            },
+            match plan {
+                Some(p) => format!(
+                    "{actor} approved {version} with plan {} for {}",
+                    p.short(),
+                    key.release_channel
+                ),
+                None => format!("{actor} approved {version} for {}", key.release_channel),
+            },
+        );
+        let scope = format!(
+            "{}@approval-{}",
+            key.storage_id(),
+            approval.at.as_millisecond()
+        );
+        self.append_events(vec![event], &scope).await?;
+        self.wake(std::slice::from_ref(key)).await?;
+        Ok(approval)
+    }
+
+    /// Asks the engine to look at instances afresh: fetch again instead of
+    /// trusting the last observation, and retry versions that failed.
+    pub async fn request_checks(
+        &self,
+        filter: &InstanceFilter,
+        actor: &str,
+    ) -> Result<Vec<InstanceKey>> {
+        let records = self.store.list_instances(filter).await?;
+        let mut keys = Vec::new();
+        for record in records {
+            let now = self.clock.now();
+            let actor = actor.to_owned();
+            self.update_instance(&record.key, |r| {
+                r.state.checks_requested = true;
+                // Failing protections are checked again too, not trusted
+                // until their poll interval says so.
+                r.state.protections.retain(|_, seen| seen.passed);
+                let mut events = Vec::new();
+                if let Some(target) = r.state.target.as_mut().filter(|t| t.failed.is_some()) {
+                    target.failed = None;
+                    target.apply_failures = 0;
+                    target.fetch_failures = 0;
+                    target.retry_at = None;
+                    events.push(Event::for_instance(
+                        &r.key,
+                        now,
+                        actor.clone(),
+                        EventKind::ChecksRequested,
+                        format!("{actor} asked to retry {} after it failed", target.version),
+                    ));
+                }
+                events
+            })
+            .await?;
+            keys.push(record.key);
+        }
+        self.wake(&keys).await?;
+        Ok(keys)
+    }
+
+    /// Instances in a stable order: application, service, promotion order
+    /// (as stored with the config pointer: reads never compile).
+    pub async fn status(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>> {
+        let mut records = self.store.list_instances(filter).await?;
+        let current = self.store.current_config().await?;
+        records.sort_by_key(|r| {
+            let rank = current
+                .as_ref()
+                .and_then(|c| c.rank(&r.key.application, &r.key.release_channel));
+            (
+                r.key.application.clone(),
+                r.key.service.clone(),
+                rank.unwrap_or(usize::MAX),
+                r.key.release_channel.clone(),
+            )
+        });
+        Ok(records)
+    }
+
+    pub async fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
+        self.store.list_events(filter).await
+    }
+}
