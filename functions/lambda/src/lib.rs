@@ -14,14 +14,34 @@ pub use error::LambdaError;
 
 /// Sets up JSON logs for CloudWatch, filtered by `RUST_LOG` (default info).
 pub fn init_logging() {
+    json_logs(std::io::stdout, "info").init();
+}
+
+/// JSON log lines that carry the fields of every enclosing span
+/// (application, service, release channel, job), so CloudWatch Logs
+/// Insights can filter one instance's or one job's lines. `RUST_LOG`
+/// overrides `default_filter`.
+pub fn json_logs<W>(
+    writer: W,
+    default_filter: &str,
+) -> tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::JsonFields,
+    tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json, ()>,
+    tracing_subscriber::EnvFilter,
+    W,
+>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
-        .with_current_span(false)
+        .with_current_span(true)
+        .with_span_list(true)
         .without_time()
-        .init();
+        .with_writer(writer)
 }
 
 /// The HTTP API over a deployment, as the `api` function serves it.

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::Runner;
-use vergence_model::{JobRecord, RunnerKind};
+use vergence_model::{InstanceKey, JobRecord, RunnerKind};
 use vergence_runner_local::LocalRunner;
 
 use crate::Deployment;
@@ -126,29 +126,49 @@ impl Worker {
             }
         };
         let key = work.instance;
+        // Every line logged for this message, down to the adapters' spans,
+        // carries the instance it is about.
+        let span = info_span!(
+            "work",
+            message_id = %id,
+            application = %key.application,
+            service = %key.service,
+            release_channel = %key.release_channel,
+        );
+        self.step_instance(engine, message, key)
+            .instrument(span)
+            .await
+    }
+
+    async fn step_instance(
+        &self,
+        engine: &Engine,
+        message: &SqsMessage,
+        key: InstanceKey,
+    ) -> Disposition {
         match engine.step(&key).await {
             Ok(report) => {
-                info!(instance = %key, status = ?report.status, jobs = report.dispatched.len(), "stepped");
+                info!(status = ?report.status, jobs = report.dispatched.len(), "stepped");
                 Disposition::Done
             }
             Err(e) if e.is_retryable() => {
                 let receives = receive_count(message);
                 if receives >= self.config.max_receive_count {
-                    error!(instance = %key, error = %e, receives, "giving up: the message goes to the dead-letter queue");
+                    error!(error = %e, receives, "giving up: the message goes to the dead-letter queue");
                     let control = self.deployment.control();
                     if let Err(record) = control
                         .record_step_failure(&key, &e.to_string(), StepFailure::GaveUp, ACTOR)
                         .await
                     {
-                        warn!(instance = %key, error = %record, "could not record the dead-lettered step");
+                        warn!(error = %record, "could not record the dead-lettered step");
                     }
                 } else {
-                    warn!(instance = %key, error = %e, receives, "step failed; the message will be delivered again");
+                    warn!(error = %e, receives, "step failed; the message will be delivered again");
                 }
                 Disposition::Redeliver
             }
             Err(e) => {
-                error!(instance = %key, error = %e, "step failed permanently");
+                error!(error = %e, "step failed permanently");
                 let control = self.deployment.control();
                 match control
                     .record_step_failure(&key, &e.to_string(), StepFailure::Permanent, ACTOR)

@@ -35,6 +35,7 @@ pub const MAX_DELAY_SECONDS: i64 = 900;
 const BATCH_MAX: usize = 10;
 /// Batches in flight at once when many instances are enqueued together.
 const CONCURRENT_BATCHES: usize = 4;
+#[cfg(feature = "testing")]
 /// The longest long poll SQS allows.
 const MAX_WAIT: Duration = Duration::from_secs(20);
 

@@ -205,6 +205,7 @@ fn conflict(what: impl Into<String>) -> EmbeddedError {
 
 #[async_trait]
 impl ConfigStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_snapshot", level = "debug", skip_all)]
     async fn put_snapshot(&self, snapshot: &ConfigSnapshot) -> Result<()> {
         let body = to_json("put_snapshot", snapshot)?;
         self.write("put_snapshot", |tx| {
@@ -217,6 +218,7 @@ impl ConfigStore for SqliteStore {
         })
     }
 
+    #[tracing::instrument(name = "sqlite.get_snapshot", level = "debug", skip_all, fields(hash = %hash))]
     async fn get_snapshot(&self, hash: &str) -> Result<Option<ConfigSnapshot>> {
         let body: Option<String> = self
             .conn()
@@ -228,6 +230,7 @@ impl ConfigStore for SqliteStore {
         Ok(body.map(|b| from_json("get_snapshot", &b)).transpose()?)
     }
 
+    #[tracing::instrument(name = "sqlite.current_config", level = "debug", skip_all)]
     async fn current_config(&self) -> Result<Option<CurrentConfig>> {
         let row = self
             .conn()
@@ -248,6 +251,7 @@ impl ConfigStore for SqliteStore {
         }))
     }
 
+    #[tracing::instrument(name = "sqlite.set_current_config", level = "debug", skip_all)]
     async fn set_current_config(
         &self,
         next: &CurrentConfig,
@@ -300,6 +304,7 @@ fn insert_events(tx: &Transaction<'_>, events: &[Event]) -> std::result::Result<
 
 #[async_trait]
 impl InstanceStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.get_instance", level = "debug", skip_all, fields(instance = %key))]
     async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>> {
         let row: Option<(String, u64)> = self
             .conn()
@@ -315,6 +320,7 @@ impl InstanceStore for SqliteStore {
             .transpose()?)
     }
 
+    #[tracing::instrument(name = "sqlite.list_instances", level = "debug", skip_all, fields(filter = ?filter))]
     async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>> {
         let conn = self.conn();
         let mut stmt = conn
@@ -343,6 +349,7 @@ impl InstanceStore for SqliteStore {
         Ok(records)
     }
 
+    #[tracing::instrument(name = "sqlite.due_instances", level = "debug", skip_all)]
     async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>> {
         let conn = self.conn();
         let mut stmt = conn
@@ -369,6 +376,7 @@ impl InstanceStore for SqliteStore {
         Ok(keys)
     }
 
+    #[tracing::instrument(name = "sqlite.commit", level = "debug", skip_all, fields(instance = %commit.change.key(), expected = ?commit.expected_revision))]
     async fn commit(&self, commit: InstanceCommit) -> Result<u64> {
         let key = commit.change.key().clone();
         let id = key.storage_id();
@@ -481,6 +489,7 @@ impl SqliteStore {
 
 #[async_trait]
 impl JobStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.get_job", level = "debug", skip_all, fields(job = %id))]
     async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>> {
         let body: Option<String> = self
             .conn()
@@ -492,6 +501,7 @@ impl JobStore for SqliteStore {
         Ok(body.map(|b| from_json("get_job", &b)).transpose()?)
     }
 
+    #[tracing::instrument(name = "sqlite.claim_job", level = "debug", skip_all, fields(job = %id))]
     async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool> {
         self.transition_job(
             "claim_job",
@@ -501,6 +511,7 @@ impl JobStore for SqliteStore {
         )
     }
 
+    #[tracing::instrument(name = "sqlite.finish_job", level = "debug", skip_all, fields(job = %id))]
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
         self.transition_job(
             "finish_job",
@@ -515,6 +526,7 @@ impl JobStore for SqliteStore {
 
 #[async_trait]
 impl ReleaseStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_release", level = "debug", skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
     async fn put_release(&self, release: &Release) -> Result<()> {
         self.write("put_release", |tx| {
             let existing: Option<String> = tx
@@ -558,6 +570,7 @@ impl ReleaseStore for SqliteStore {
         })
     }
 
+    #[tracing::instrument(name = "sqlite.latest_release", level = "debug", skip_all, fields(application = %application, service = %service))]
     async fn latest_release(
         &self,
         application: &ApplicationName,
@@ -570,6 +583,7 @@ impl ReleaseStore for SqliteStore {
             .next())
     }
 
+    #[tracing::instrument(name = "sqlite.list_releases", level = "debug", skip_all, fields(application = %application, service = %service))]
     async fn list_releases(
         &self,
         application: &ApplicationName,
@@ -599,6 +613,7 @@ impl ReleaseStore for SqliteStore {
 
 #[async_trait]
 impl ApprovalStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_approval", level = "debug", skip_all, fields(instance = %approval.instance, version = %approval.version))]
     async fn put_approval(&self, approval: &Approval) -> Result<()> {
         let body = to_json("put_approval", approval)?;
         self.write("put_approval", |tx| {
@@ -611,6 +626,7 @@ impl ApprovalStore for SqliteStore {
         })
     }
 
+    #[tracing::instrument(name = "sqlite.list_approvals", level = "debug", skip_all, fields(instance = %key))]
     async fn list_approvals(&self, key: &InstanceKey) -> Result<Vec<Approval>> {
         let conn = self.conn();
         let mut stmt = conn
@@ -630,6 +646,7 @@ impl ApprovalStore for SqliteStore {
 
 #[async_trait]
 impl TokenStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_token", level = "debug", skip_all)]
     async fn put_token(&self, token: &ApiToken) -> Result<()> {
         let body = to_json("put_token", token)?;
         self.write("put_token", |tx| {
@@ -649,6 +666,7 @@ impl TokenStore for SqliteStore {
         })
     }
 
+    #[tracing::instrument(name = "sqlite.get_token", level = "debug", skip_all, fields(id = %id))]
     async fn get_token(&self, id: &str) -> Result<Option<ApiToken>> {
         let conn = self.conn();
         let body: Option<String> = conn
@@ -658,6 +676,7 @@ impl TokenStore for SqliteStore {
         Ok(body.map(|b| from_json("get_token", &b)).transpose()?)
     }
 
+    #[tracing::instrument(name = "sqlite.list_tokens", level = "debug", skip_all, fields(application = %application))]
     async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>> {
         let conn = self.conn();
         let mut stmt = conn
@@ -674,6 +693,7 @@ impl TokenStore for SqliteStore {
         Ok(tokens)
     }
 
+    #[tracing::instrument(name = "sqlite.delete_token", level = "debug", skip_all, fields(id = %id))]
     async fn delete_token(&self, id: &str) -> Result<bool> {
         self.write("delete_token", |tx| {
             let n = tx
@@ -686,6 +706,7 @@ impl TokenStore for SqliteStore {
 
 #[async_trait]
 impl AlertStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_alert", level = "debug", skip_all)]
     async fn put_alert(&self, alert: &AlertState) -> Result<()> {
         let body = to_json("put_alert", alert)?;
         self.write("put_alert", |tx| {
@@ -699,6 +720,7 @@ impl AlertStore for SqliteStore {
         })
     }
 
+    #[tracing::instrument(name = "sqlite.get_alert", level = "debug", skip_all, fields(name = %name))]
     async fn get_alert(&self, name: &str) -> Result<Option<AlertState>> {
         let conn = self.conn();
         let body: Option<String> = conn
@@ -710,6 +732,7 @@ impl AlertStore for SqliteStore {
         Ok(body.map(|b| from_json("get_alert", &b)).transpose()?)
     }
 
+    #[tracing::instrument(name = "sqlite.list_alerts", level = "debug", skip_all)]
     async fn list_alerts(&self) -> Result<Vec<AlertState>> {
         let conn = self.conn();
         let mut stmt = conn
@@ -729,10 +752,12 @@ impl AlertStore for SqliteStore {
 
 #[async_trait]
 impl EventStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.append_events", level = "debug", skip_all, fields(events = events.len()))]
     async fn append_events(&self, events: &[Event]) -> Result<()> {
         self.write("append_events", |tx| insert_events(tx, events))
     }
 
+    #[tracing::instrument(name = "sqlite.list_events", level = "debug", skip_all)]
     async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         let conn = self.conn();
         let mut stmt = conn

@@ -28,6 +28,7 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// Runs one job to completion and returns its result. Never panics and
 /// never fails: every problem, including not being able to start, is
 /// reported in the result.
+#[tracing::instrument(name = "local.run_job", skip_all, fields(job = %job.id, kind = %job.kind, instance = %job.instance))]
 pub async fn run_job(job: &JobRecord) -> JobResult {
     debug!(job = %job.id, kind = %job.kind, "starting local job");
     let result = match Prepared::new(job).await {

@@ -193,6 +193,7 @@ impl Engine {
         Ok(())
     }
 
+    #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
     async fn dispatch(&self, job: &JobRecord) -> Result<()> {
         let now = self.clock.now();
         if !self.store.claim_job(&job.id, now).await? {

@@ -61,14 +61,17 @@ impl DynamoStore {
 
 #[async_trait]
 impl AlertStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.put_alert", level = "debug", skip_all)]
     async fn put_alert(&self, alert: &AlertState) -> Result<()> {
         Ok(self.store_alert(alert).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.get_alert", level = "debug", skip_all, fields(name = %name))]
     async fn get_alert(&self, name: &str) -> Result<Option<AlertState>> {
         Ok(self.load_alert(name).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.list_alerts", level = "debug", skip_all)]
     async fn list_alerts(&self) -> Result<Vec<AlertState>> {
         Ok(self.all_alerts().await?)
     }

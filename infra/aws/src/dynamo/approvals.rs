@@ -58,10 +58,12 @@ impl DynamoStore {
 
 #[async_trait]
 impl ApprovalStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.put_approval", level = "debug", skip_all, fields(instance = %approval.instance, version = %approval.version))]
     async fn put_approval(&self, approval: &Approval) -> Result<()> {
         Ok(self.record_approval(approval).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.list_approvals", level = "debug", skip_all, fields(instance = %instance))]
     async fn list_approvals(&self, instance: &InstanceKey) -> Result<Vec<Approval>> {
         Ok(self.approvals_of(instance).await?)
     }

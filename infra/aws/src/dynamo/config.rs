@@ -114,18 +114,22 @@ impl DynamoStore {
 
 #[async_trait]
 impl ConfigStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.put_snapshot", level = "debug", skip_all)]
     async fn put_snapshot(&self, snapshot: &ConfigSnapshot) -> Result<()> {
         Ok(self.store_snapshot(snapshot).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.get_snapshot", level = "debug", skip_all, fields(hash = %hash))]
     async fn get_snapshot(&self, hash: &str) -> Result<Option<ConfigSnapshot>> {
         Ok(self.load_snapshot(hash).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.current_config", level = "debug", skip_all)]
     async fn current_config(&self) -> Result<Option<CurrentConfig>> {
         Ok(self.load_current_config().await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.set_current_config", level = "debug", skip_all)]
     async fn set_current_config(
         &self,
         next: &CurrentConfig,

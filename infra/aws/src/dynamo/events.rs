@@ -159,10 +159,12 @@ fn decode_event(item: &Item) -> std::result::Result<Event, AwsError> {
 
 #[async_trait]
 impl EventStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.append_events", level = "debug", skip_all, fields(events = events.len()))]
     async fn append_events(&self, events: &[Event]) -> Result<()> {
         Ok(self.append(events).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.list_events", level = "debug", skip_all)]
     async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         Ok(self.list(filter).await?)
     }

@@ -308,6 +308,7 @@ impl DynamoStore {
 
 #[async_trait]
 impl InstanceStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.get_instance", level = "debug", skip_all, fields(instance = %instance))]
     async fn get_instance(&self, instance: &InstanceKey) -> Result<Option<InstanceRecord>> {
         let key = key(instance_pk(&instance.application), instance_sk(instance));
         let item = self.get_item("get_instance", key).await?;
@@ -316,14 +317,17 @@ impl InstanceStore for DynamoStore {
             .transpose()?)
     }
 
+    #[tracing::instrument(name = "dynamodb.list_instances", level = "debug", skip_all, fields(filter = ?filter))]
     async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>> {
         Ok(self.list_instance_records(filter).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.due_instances", level = "debug", skip_all)]
     async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>> {
         Ok(self.due(now, limit).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.commit", level = "debug", skip_all, fields(instance = %commit.change.key(), expected = ?commit.expected_revision))]
     async fn commit(&self, commit: InstanceCommit) -> Result<u64> {
         Ok(self.commit_instance(commit).await?)
     }

@@ -145,14 +145,17 @@ impl DynamoStore {
 
 #[async_trait]
 impl JobStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.get_job", level = "debug", skip_all, fields(job = %id))]
     async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>> {
         Ok(self.load_job(id).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.claim_job", level = "debug", skip_all, fields(job = %id))]
     async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool> {
         Ok(self.claim(id, at).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.finish_job", level = "debug", skip_all, fields(job = %id))]
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
         Ok(self.finish(id, result).await?)
     }

@@ -173,10 +173,12 @@ impl DynamoStore {
 
 #[async_trait]
 impl ReleaseStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.put_release", level = "debug", skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
     async fn put_release(&self, release: &Release) -> Result<()> {
         Ok(self.push(release).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.latest_release", level = "debug", skip_all, fields(application = %application, service = %service))]
     async fn latest_release(
         &self,
         application: &ApplicationName,
@@ -186,6 +188,7 @@ impl ReleaseStore for DynamoStore {
         Ok(newest.into_iter().next())
     }
 
+    #[tracing::instrument(name = "dynamodb.list_releases", level = "debug", skip_all, fields(application = %application, service = %service))]
     async fn list_releases(
         &self,
         application: &ApplicationName,

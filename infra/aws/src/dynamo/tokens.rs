@@ -92,18 +92,22 @@ impl DynamoStore {
 
 #[async_trait]
 impl TokenStore for DynamoStore {
+    #[tracing::instrument(name = "dynamodb.put_token", level = "debug", skip_all)]
     async fn put_token(&self, token: &ApiToken) -> Result<()> {
         Ok(self.create_token(token).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.get_token", level = "debug", skip_all, fields(id = %id))]
     async fn get_token(&self, id: &str) -> Result<Option<ApiToken>> {
         Ok(self.load_token(id).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.list_tokens", level = "debug", skip_all, fields(application = %application))]
     async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>> {
         Ok(self.tokens_of(application).await?)
     }
 
+    #[tracing::instrument(name = "dynamodb.delete_token", level = "debug", skip_all, fields(id = %id))]
     async fn delete_token(&self, id: &str) -> Result<bool> {
         Ok(self.remove_token(id).await?)
     }
