@@ -2,6 +2,8 @@
 //! [`ConfigModel`]. Every problem is collected with its file, line and field
 //! path; a config with any error produces no model at all.
 
+mod field_path;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::SignedDuration;
@@ -10,6 +12,7 @@ use super::model::*;
 use super::template::{Reference, Template, check_identifier};
 use crate::config::schema::*;
 use crate::config::{ParsedDocument, parse_bundle};
+use field_path::FieldPath;
 use vergence_model::diagnostics::suggest;
 use vergence_model::{
     ApplicationName, ConfigBundle, ConfigError, ConfigErrors, DenyWindow, DriftPolicy,
@@ -54,7 +57,13 @@ struct Located<'a, T> {
 /// once services say which channels use the runtime.
 struct RuntimeSource<'a> {
     source: &'a Source,
-    constant_uses: Vec<(String, String)>,
+    constant_uses: Vec<ConstantUse>,
+}
+
+/// A `{{.Constants.name}}` in a job template, and where it is written.
+struct ConstantUse {
+    path: FieldPath,
+    name: String,
 }
 
 struct Checker<'a> {
@@ -64,7 +73,7 @@ struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
-    fn err(&mut self, source: &Source, path: impl Into<String>, message: impl Into<String>) {
+    fn err(&mut self, source: &Source, path: &FieldPath, message: impl Into<String>) {
         self.errors.push(source.error(path, message));
     }
 
@@ -82,7 +91,8 @@ impl<'a> Checker<'a> {
                         "{} '{}' is defined twice (first in {}:{})",
                         key.0, key.1, first.file, first.line
                     );
-                    self.err(&document.source, format!("{}.name", key.0), message);
+                    let path = FieldPath::root(key.0).key("name");
+                    self.err(&document.source, &path, message);
                     continue;
                 }
                 seen.insert(key, &document.source);
@@ -130,14 +140,15 @@ impl<'a> Checker<'a> {
     }
 
     fn protection(&mut self, source: &'a Source, document: &ParsedDocument, doc: &ProtectionDoc) {
-        let params = self.params(source, "protection", &doc.parameters, false);
+        let root = FieldPath::root("protection");
+        let params = self.params(source, &root, &doc.parameters, false);
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
                 let mut constant_uses = Vec::new();
                 let job = self.job(
                     source,
                     JobInput {
-                        path: "protection",
+                        path: &root,
                         task,
                         runner: doc.runner.as_ref(),
                         dir: &document.dir,
@@ -150,10 +161,10 @@ impl<'a> Checker<'a> {
                 );
                 // Constants are per release channel and a protection is
                 // attached to many; its values can use them instead.
-                for (path, name) in constant_uses {
+                for ConstantUse { path, name } in constant_uses {
                     self.err(
                         source,
-                        path,
+                        &path,
                         format!(
                             "protections cannot use {{{{.Constants.{name}}}}} directly; \
                              declare a parameter and pass the constant where the protection is attached"
@@ -165,14 +176,14 @@ impl<'a> Checker<'a> {
             (None, Some(alert)) => match vergence_model::check_name(alert) {
                 Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),
                 Err(e) => {
-                    self.err(source, "protection.alert", e);
+                    self.err(source, &root.key("alert"), e);
                     None
                 }
             },
             (Some(_), Some(_)) => {
                 self.err(
                     source,
-                    "protection",
+                    &root,
                     "a protection has either taskConfig (a check job) or alert (a state set from outside), not both",
                 );
                 None
@@ -180,7 +191,7 @@ impl<'a> Checker<'a> {
             (None, None) => {
                 self.err(
                     source,
-                    "protection",
+                    &root,
                     "a protection needs taskConfig (a check job, exit 0 = pass) or alert (a state set with `vergence alert set`)",
                 );
                 None
@@ -207,13 +218,13 @@ impl<'a> Checker<'a> {
     fn protection_uses(
         &mut self,
         source: &Source,
-        base: &str,
+        base: &FieldPath,
         attached_to: &str,
         docs: &[ProtectionAttachmentDoc],
     ) -> Vec<ProtectionUse> {
         let mut uses = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
-            let path = format!("{base}.protections[{i}]");
+            let path = base.key("protections").index(i);
             let name = &doc.reference.name;
             let Some(protection) = self.protections.get(name).cloned() else {
                 let message = unknown_name_message(
@@ -221,12 +232,12 @@ impl<'a> Checker<'a> {
                     name.as_str(),
                     self.protections.keys().map(|p| p.as_str()),
                 );
-                self.err(source, format!("{path}.ref.name"), message);
+                self.err(source, &path.key("ref").key("name"), message);
                 continue;
             };
             let mut values = BTreeMap::new();
             for (j, value) in doc.reference.parameters.iter().enumerate() {
-                let vpath = format!("{path}.ref.parameters[{j}]");
+                let vpath = path.key("ref").key("parameters").index(j);
                 let Some(decl) = protection.params.iter().find(|p| p.name == value.name) else {
                     let message = unknown_param_message(
                         &value.name,
@@ -234,7 +245,7 @@ impl<'a> Checker<'a> {
                         &format!("protection {name}"),
                         &protection.params,
                     );
-                    self.err(source, format!("{vpath}.name"), message);
+                    self.err(source, &vpath.key("name"), message);
                     continue;
                 };
                 let raw = value
@@ -245,7 +256,7 @@ impl<'a> Checker<'a> {
                 let Some(raw) = raw else {
                     self.err(
                         source,
-                        vpath,
+                        &vpath,
                         format!(
                             "give parameter '{}' a value: {}: VALUE",
                             value.name,
@@ -259,21 +270,21 @@ impl<'a> Checker<'a> {
                         if t.references().any(|r| matches!(r, Reference::Param(_))) {
                             self.err(
                                 source,
-                                vpath,
+                                &vpath,
                                 "protection parameter values can use {{.Constants.x}} and {{.Builtins...}}, not {{.Params.x}}",
                             );
                             continue;
                         }
                         values.insert(value.name.clone(), t);
                     }
-                    Err(e) => self.err(source, vpath, e),
+                    Err(e) => self.err(source, &vpath, e),
                 }
             }
             for decl in &protection.params {
                 if decl.required && decl.default.is_none() && !values.contains_key(&decl.name) {
                     self.err(
                         source,
-                        format!("{path}.ref.parameters"),
+                        &path.key("ref").key("parameters"),
                         format!(
                             "protection {name} needs a value for its required parameter '{}'",
                             decl.name
@@ -284,13 +295,13 @@ impl<'a> Checker<'a> {
             if doc.lifecycle.is_empty() {
                 self.err(
                     source,
-                    format!("{path}.lifecycle"),
+                    &path.key("lifecycle"),
                     "say when the protection runs: preApproval, deployment or postDeployment",
                 );
             }
             let mut lifecycles = Vec::new();
             for (j, lifecycle) in doc.lifecycle.iter().enumerate() {
-                let lpath = format!("{path}.lifecycle[{j}]");
+                let lpath = path.key("lifecycle").index(j);
                 let compiled = match lifecycle {
                     LifecycleDoc::PreApproval(_) => Lifecycle::PreApproval,
                     LifecycleDoc::Deployment(d) => Lifecycle::Deployment {
@@ -303,7 +314,7 @@ impl<'a> Checker<'a> {
                         let Some(duration) = p.check_duration.map(|d| d.0) else {
                             self.err(
                                 source,
-                                format!("{lpath}.postDeployment.checkDuration"),
+                                &lpath.key("postDeployment").key("checkDuration"),
                                 "a post-deployment check needs checkDuration: how long it must pass",
                             );
                             continue;
@@ -320,7 +331,7 @@ impl<'a> Checker<'a> {
                 {
                     self.err(
                         source,
-                        lpath,
+                        &lpath,
                         format!("lifecycle {} is given twice", compiled.as_str()),
                     );
                     continue;
@@ -330,7 +341,7 @@ impl<'a> Checker<'a> {
                 {
                     self.err(
                         source,
-                        lpath,
+                        &lpath,
                         "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
                     );
                     continue;
@@ -349,6 +360,7 @@ impl<'a> Checker<'a> {
 
     fn runtime(&mut self, document: &'a ParsedDocument, doc: &RuntimeDoc) -> Option<Runtime> {
         let source = &document.source;
+        let root = FieldPath::root("runtime");
         let first_class = [
             ("ecs", doc.ecs.is_some()),
             ("cloudRun", doc.cloud_run.is_some()),
@@ -358,19 +370,19 @@ impl<'a> Checker<'a> {
         for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
             self.err(
                 source,
-                format!("runtime.{kind}"),
+                &root.key(kind),
                 format!(
                     "first-class {kind} runtimes are not available in this version of Vergence; \
                      describe the runtime with apply (and optionally fetch) commands instead"
                 ),
             );
         }
-        let params = self.params(source, "runtime", &doc.parameters, true);
+        let params = self.params(source, &root, &doc.parameters, true);
         let Some(apply) = &doc.apply else {
             if first_class.iter().all(|(_, set)| !set) {
                 self.err(
                     source,
-                    "runtime",
+                    &root,
                     "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
                 );
             }
@@ -381,7 +393,7 @@ impl<'a> Checker<'a> {
         let apply_job = self.job(
             source,
             JobInput {
-                path: "runtime.apply",
+                path: &root.key("apply"),
                 task: &apply.task_config,
                 runner: doc.runner.as_ref(),
                 dir: &document.dir,
@@ -398,7 +410,7 @@ impl<'a> Checker<'a> {
                 if output.is_empty() || output.contains(['/', '\\']) || output.starts_with('.') {
                     self.err(
                         source,
-                        format!("runtime.fetch.outputs[{i}]"),
+                        &root.key("fetch").key("outputs").index(i),
                         format!("output {output:?} must be a plain file name"),
                     );
                 }
@@ -406,7 +418,7 @@ impl<'a> Checker<'a> {
             let job = self.job(
                 source,
                 JobInput {
-                    path: "runtime.fetch",
+                    path: &root.key("fetch"),
                     task: &fetch.task_config,
                     runner: doc.runner.as_ref(),
                     dir: &document.dir,
@@ -433,7 +445,7 @@ impl<'a> Checker<'a> {
             let job = self.job(
                 source,
                 JobInput {
-                    path: "runtime.getInfo",
+                    path: &root.key("getInfo"),
                     task: &info.task_config,
                     runner: doc.runner.as_ref(),
                     dir: &document.dir,
@@ -489,18 +501,18 @@ impl<'a> Checker<'a> {
             max_interval: doc.max_interval.map_or(default.max_interval, |d| d.0),
             max_attempts: doc.max_attempts.unwrap_or(default.max_attempts),
         };
-        let path = "runtime.apply.retryPolicy";
+        let path = FieldPath::root("runtime").key("apply").key("retryPolicy");
         if policy.max_attempts == 0 {
             self.err(
                 source,
-                format!("{path}.maxAttempts"),
+                &path.key("maxAttempts"),
                 "maxAttempts must be at least 1",
             );
         }
         if policy.base_interval > policy.max_interval {
             self.err(
                 source,
-                format!("{path}.baseInterval"),
+                &path.key("baseInterval"),
                 format!(
                     "baseInterval ({:#}) is longer than maxInterval ({:#})",
                     policy.base_interval, policy.max_interval
@@ -513,21 +525,21 @@ impl<'a> Checker<'a> {
     fn params(
         &mut self,
         source: &Source,
-        base: &str,
+        base: &FieldPath,
         docs: &[ParameterDoc],
         allow_secret: bool,
     ) -> Vec<ParamDecl> {
         let mut params: Vec<ParamDecl> = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
-            let path = format!("{base}.parameters[{i}]");
+            let path = base.key("parameters").index(i);
             if let Err(e) = check_identifier(&doc.name) {
-                self.err(source, format!("{path}.name"), e);
+                self.err(source, &path.key("name"), e);
                 continue;
             }
             if params.iter().any(|p| p.name == doc.name) {
                 self.err(
                     source,
-                    format!("{path}.name"),
+                    &path.key("name"),
                     format!("parameter '{}' is declared twice", doc.name),
                 );
                 continue;
@@ -554,7 +566,7 @@ impl<'a> Checker<'a> {
             let Some((kind, default)) = given.next() else {
                 self.err(
                     source,
-                    path,
+                    &path,
                     format!(
                         "parameter '{}' needs a type: string, int, dockerImage or secret (e.g. `string: {{}}`)",
                         doc.name
@@ -565,7 +577,7 @@ impl<'a> Checker<'a> {
             if given.next().is_some() {
                 self.err(
                     source,
-                    path.clone(),
+                    &path,
                     format!("parameter '{}' has more than one type; keep one", doc.name),
                 );
             }
@@ -573,14 +585,14 @@ impl<'a> Checker<'a> {
             if kind == ParamKind::Secret && !allow_secret {
                 self.err(
                     source,
-                    format!("{path}.secret"),
+                    &path.key("secret"),
                     "secret parameters cannot be set by releases; declare the secret on the runtime",
                 );
             }
             if required && default.is_some() {
                 self.err(
                     source,
-                    path.clone(),
+                    &path,
                     format!(
                         "parameter '{}' is required and has a default; keep one",
                         doc.name
@@ -590,12 +602,12 @@ impl<'a> Checker<'a> {
             if let Some(ParamValue::DockerImage(image)) = &default
                 && let Err(e) = check_docker_image(image)
             {
-                self.err(source, format!("{path}.dockerImage.defaultValue"), e);
+                self.err(source, &path.key("dockerImage").key("defaultValue"), e);
             }
             if kind == ParamKind::Int && !required && default.is_none() {
                 self.err(
                     source,
-                    path.clone(),
+                    &path,
                     format!(
                         "int parameter '{}' needs a defaultValue or `required: true`",
                         doc.name
@@ -616,60 +628,61 @@ impl<'a> Checker<'a> {
         &mut self,
         source: &'a Source,
         input: JobInput<'_>,
-        constant_uses: &mut Vec<(String, String)>,
+        constant_uses: &mut Vec<ConstantUse>,
     ) -> Option<JobTemplate> {
         let program = &input.task.program;
-        let program_path = format!("{}.taskConfig.program", input.path);
+        let program_path = input.path.key("taskConfig").key("program");
         let runner = runner_spec(input.runner);
         let before = self.errors.len();
         if program.cmd.is_empty() {
             self.err(
                 source,
-                format!("{program_path}.cmd"),
+                &program_path.key("cmd"),
                 "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
             );
         }
         if runner != RunnerSpec::Local && program.image.is_none() {
             self.err(
                 source,
-                format!("{program_path}.image"),
+                &program_path.key("image"),
                 format!("the {} runner runs a container: set image", runner.name()),
             );
         }
-        let mut template = |checker: &mut Self, path: String, raw: &str, whole_secret_ok: bool| {
-            let parsed = match Template::parse(raw) {
-                Ok(t) => t,
-                Err(e) => {
-                    checker.err(source, path, e);
-                    return None;
-                }
+        let mut template =
+            |checker: &mut Self, path: FieldPath, raw: &str, whole_secret_ok: bool| {
+                let parsed = match Template::parse(raw) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        checker.err(source, &path, e);
+                        return None;
+                    }
+                };
+                checker.references(
+                    source,
+                    &path,
+                    &parsed,
+                    input.params,
+                    input.owner,
+                    whole_secret_ok,
+                    constant_uses,
+                );
+                Some(parsed)
             };
-            checker.references(
-                source,
-                &path,
-                &parsed,
-                input.params,
-                input.owner,
-                whole_secret_ok,
-                constant_uses,
-            );
-            Some(parsed)
-        };
         let cmd: Vec<Template> = program
             .cmd
             .iter()
             .enumerate()
-            .filter_map(|(i, raw)| template(self, format!("{program_path}.cmd[{i}]"), raw, false))
+            .filter_map(|(i, raw)| template(self, program_path.key("cmd").index(i), raw, false))
             .collect();
         let image = program
             .image
             .as_ref()
-            .and_then(|raw| template(self, format!("{program_path}.image"), raw, false));
+            .and_then(|raw| template(self, program_path.key("image"), raw, false));
         let mut env = BTreeMap::new();
         for (name, raw) in &program.env {
-            let path = format!("{program_path}.env.{name}");
+            let path = program_path.key("env").key(name);
             if let Err(e) = check_env_name(name) {
-                self.err(source, path.clone(), e);
+                self.err(source, &path, e);
             }
             if let Some(t) = template(self, path, raw, true) {
                 env.insert(name.clone(), t);
@@ -693,12 +706,12 @@ impl<'a> Checker<'a> {
     fn references(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         template: &Template,
         params: &[ParamDecl],
         owner: &str,
         whole_secret_ok: bool,
-        constant_uses: &mut Vec<(String, String)>,
+        constant_uses: &mut Vec<ConstantUse>,
     ) {
         for reference in template.references() {
             match reference {
@@ -722,7 +735,10 @@ impl<'a> Checker<'a> {
                     }
                     Some(_) => {}
                 },
-                Reference::Constant(name) => constant_uses.push((path.to_owned(), name.clone())),
+                Reference::Constant(name) => constant_uses.push(ConstantUse {
+                    path: path.clone(),
+                    name: name.clone(),
+                }),
                 Reference::Builtin(_) => {}
             }
         }
@@ -734,10 +750,11 @@ impl<'a> Checker<'a> {
         runtime_names: &BTreeSet<RuntimeName>,
     ) -> Application {
         let (source, doc) = (app.source, app.doc);
+        let channels_path = FieldPath::root("application").key("releaseChannels");
         if doc.release_channels.is_empty() {
             self.err(
                 source,
-                "application.releaseChannels",
+                &channels_path,
                 "an application needs at least one release channel",
             );
         }
@@ -745,11 +762,11 @@ impl<'a> Checker<'a> {
             doc.release_channels.iter().map(|c| &c.name).collect();
         let mut channels: Vec<ReleaseChannel> = Vec::new();
         for (i, channel) in doc.release_channels.iter().enumerate() {
-            let path = format!("application.releaseChannels[{i}]");
+            let path = channels_path.index(i);
             if channels.iter().any(|c| c.name == channel.name) {
                 self.err(
                     source,
-                    format!("{path}.name"),
+                    &path.key("name"),
                     format!("release channel '{}' is defined twice", channel.name),
                 );
                 continue;
@@ -799,14 +816,14 @@ impl<'a> Checker<'a> {
     fn channel_runtimes(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         channel: &ReleaseChannelDoc,
         runtime_names: &BTreeSet<RuntimeName>,
     ) -> Vec<RuntimeName> {
         if channel.runtimes.is_empty() {
             self.err(
                 source,
-                format!("{path}.runtimes"),
+                &path.key("runtimes"),
                 format!(
                     "release channel '{}' lists no runtimes; add e.g. `runtimes: [{{runtime: NAME}}]`",
                     channel.name
@@ -821,7 +838,8 @@ impl<'a> Checker<'a> {
                     reference.runtime.as_str(),
                     runtime_names.iter().map(|r| r.as_str()),
                 );
-                self.err(source, format!("{path}.runtimes[{j}].runtime"), message);
+                let path = path.key("runtimes").index(j).key("runtime");
+                self.err(source, &path, message);
             } else if !runtimes.contains(&reference.runtime) {
                 runtimes.push(reference.runtime.clone());
             }
@@ -832,14 +850,14 @@ impl<'a> Checker<'a> {
     fn constants(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         docs: &[ConstantDoc],
     ) -> BTreeMap<String, String> {
         let mut constants = BTreeMap::new();
         for (j, constant) in docs.iter().enumerate() {
-            let cpath = format!("{path}.constants[{j}]");
+            let cpath = path.key("constants").index(j);
             if let Err(e) = check_identifier(&constant.name) {
-                self.err(source, format!("{cpath}.name"), e);
+                self.err(source, &cpath.key("name"), e);
                 continue;
             }
             let value = match (&constant.string, &constant.int) {
@@ -848,7 +866,7 @@ impl<'a> Checker<'a> {
                     if i.value.parse::<i64>().is_err() {
                         self.err(
                             source,
-                            format!("{cpath}.int.value"),
+                            &cpath.key("int").key("value"),
                             format!("{:?} is not an integer", i.value),
                         );
                     }
@@ -857,7 +875,7 @@ impl<'a> Checker<'a> {
                 _ => {
                     self.err(
                         source,
-                        cpath,
+                        &cpath,
                         format!("constant '{}' needs exactly one of string: {{value: …}} or int: {{value: …}}", constant.name),
                     );
                     continue;
@@ -866,7 +884,7 @@ impl<'a> Checker<'a> {
             if constants.insert(constant.name.clone(), value).is_some() {
                 self.err(
                     source,
-                    format!("{cpath}.name"),
+                    &cpath.key("name"),
                     format!("constant '{}' is defined twice", constant.name),
                 );
             }
@@ -877,21 +895,21 @@ impl<'a> Checker<'a> {
     fn preconditions(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         channel: &ReleaseChannelDoc,
         channel_names: &[&ReleaseChannelName],
     ) -> Vec<Precondition> {
         let mut preconditions = Vec::new();
         for (j, precondition) in channel.preconditions.iter().enumerate() {
-            let ppath = format!("{path}.preconditions[{j}]");
+            let ppath = path.key("preconditions").index(j);
             match precondition {
                 PreconditionDoc::ReleaseChannelStable(stable) => {
                     let target = &stable.release_channel;
-                    let rpath = format!("{ppath}.releaseChannelStable.releaseChannel");
+                    let rpath = ppath.key("releaseChannelStable").key("releaseChannel");
                     if target == &channel.name {
                         self.err(
                             source,
-                            rpath,
+                            &rpath,
                             format!("release channel '{target}' cannot wait for itself"),
                         );
                     } else if !channel_names.contains(&target) {
@@ -900,7 +918,7 @@ impl<'a> Checker<'a> {
                             target.as_str(),
                             channel_names.iter().map(|c| c.as_str()),
                         );
-                        self.err(source, rpath, message);
+                        self.err(source, &rpath, message);
                     } else {
                         preconditions.push(Precondition::ReleaseChannelStable {
                             release_channel: target.clone(),
@@ -910,7 +928,7 @@ impl<'a> Checker<'a> {
                 }
                 PreconditionDoc::ManualApproval(approval) => {
                     if let Err(e) = vergence_model::check_name(&approval.name) {
-                        self.err(source, format!("{ppath}.manualApproval.name"), e);
+                        self.err(source, &ppath.key("manualApproval").key("name"), e);
                     }
                     preconditions.push(Precondition::ManualApproval {
                         name: approval.name.clone(),
@@ -922,7 +940,12 @@ impl<'a> Checker<'a> {
     }
 
     /// `allowedTimes` and `deniedTimes` of a release channel.
-    fn windows(&mut self, source: &Source, path: &str, channel: &ReleaseChannelDoc) -> TimeWindows {
+    fn windows(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        channel: &ReleaseChannelDoc,
+    ) -> TimeWindows {
         let mut windows = TimeWindows::default();
         for (i, w) in channel.allowed_times.iter().enumerate() {
             match RecurringWindow::parse(
@@ -931,11 +954,11 @@ impl<'a> Checker<'a> {
                 w.timezone.as_deref(),
             ) {
                 Ok(window) => windows.allowed.push(window),
-                Err(e) => self.err(source, format!("{path}.allowedTimes[{i}]"), e),
+                Err(e) => self.err(source, &path.key("allowedTimes").index(i), e),
             }
         }
         for (i, w) in channel.denied_times.iter().enumerate() {
-            let wpath = format!("{path}.deniedTimes[{i}]");
+            let wpath = path.key("deniedTimes").index(i);
             let recurring = w.days.is_some() || w.hours.is_some() || w.timezone.is_some();
             match (&w.start, &w.end, recurring) {
                 (Some(start), Some(end), false) => {
@@ -950,9 +973,9 @@ impl<'a> Checker<'a> {
                             start,
                             end,
                         }),
-                        (Ok(_), Ok(_)) => self.err(source, format!("{wpath}.end"), "end must be after start"),
-                        (Err(e), _) => self.err(source, format!("{wpath}.start"), e),
-                        (_, Err(e)) => self.err(source, format!("{wpath}.end"), e),
+                        (Ok(_), Ok(_)) => self.err(source, &wpath.key("end"), "end must be after start"),
+                        (Err(e), _) => self.err(source, &wpath.key("start"), e),
+                        (_, Err(e)) => self.err(source, &wpath.key("end"), e),
                     }
                 }
                 (None, None, true) => {
@@ -961,12 +984,12 @@ impl<'a> Checker<'a> {
                             name: w.name.clone(),
                             window,
                         }),
-                        Err(e) => self.err(source, wpath, e),
+                        Err(e) => self.err(source, &wpath, e),
                     }
                 }
                 _ => self.err(
                     source,
-                    wpath,
+                    &wpath,
                     "a freeze is either {start, end} (two instants) or {days, hours, timezone} (recurring), not both or a part of one",
                 ),
             }
@@ -1004,9 +1027,13 @@ impl<'a> Checker<'a> {
         for (i, channel) in channels.iter().enumerate() {
             if let Some(cycle) = visit(&channel.name, channels, &mut Vec::new(), &mut done) {
                 let rendered: Vec<&str> = cycle.iter().map(|c| c.as_str()).collect();
+                let path = FieldPath::root("application")
+                    .key("releaseChannels")
+                    .index(i)
+                    .key("preconditions");
                 self.err(
                     source,
-                    format!("application.releaseChannels[{i}].preconditions"),
+                    &path,
                     format!(
                         "release channel preconditions form a cycle: {}; no channel in it could ever deploy",
                         rendered.join(" → ")
@@ -1027,10 +1054,11 @@ impl<'a> Checker<'a> {
         let Some(app_name) = self.service_application(source, doc, apps) else {
             return;
         };
-        let params = self.params(source, "service", &doc.parameters, false);
+        let root = FieldPath::root("service");
+        let params = self.params(source, &root, &doc.parameters, false);
         let protections = self.protection_uses(
             source,
-            "service",
+            &root,
             &format!("service {}", doc.name),
             &doc.protections,
         );
@@ -1054,7 +1082,7 @@ impl<'a> Checker<'a> {
         if app.services.contains_key(&doc.name) {
             self.err(
                 source,
-                "service.name",
+                &root.key("name"),
                 format!(
                     "service '{}' is defined twice in application '{}'",
                     doc.name, app_name
@@ -1092,14 +1120,18 @@ impl<'a> Checker<'a> {
                     name.as_str(),
                     apps.keys().map(|a| a.as_str()),
                 );
-                self.err(source, "service.application", message);
+                self.err(
+                    source,
+                    &FieldPath::root("service").key("application"),
+                    message,
+                );
                 None
             }
             None if apps.len() == 1 => apps.keys().next().cloned(),
             None if apps.is_empty() => {
                 self.err(
                     source,
-                    "service",
+                    &FieldPath::root("service"),
                     format!(
                         "service '{}' needs an application, and the config defines none",
                         doc.name
@@ -1111,7 +1143,7 @@ impl<'a> Checker<'a> {
                 let names: Vec<&str> = apps.keys().map(|a| a.as_str()).collect();
                 self.err(
                     source,
-                    "service",
+                    &FieldPath::root("service"),
                     format!(
                         "service '{}' must name its application: the config defines {}",
                         doc.name,
@@ -1128,24 +1160,31 @@ impl<'a> Checker<'a> {
         source: &Source,
         doc: &'a ServiceDoc,
         app: &Application,
-    ) -> BTreeMap<ReleaseChannelName, (usize, &'a PerReleaseChannelDoc)> {
+    ) -> BTreeMap<ReleaseChannelName, PerChannel<'a>> {
         let mut found = BTreeMap::new();
         for (i, per) in doc.per_release_channel.iter().enumerate() {
-            let path = format!("service.perReleaseChannel[{i}].releaseChannel");
+            let per_path = FieldPath::root("service").key("perReleaseChannel").index(i);
+            let path = per_path.key("releaseChannel");
             if app.channel(&per.release_channel).is_none() {
                 let message = unknown_name_message(
                     &format!("release channel of application {}", app.name),
                     per.release_channel.as_str(),
                     app.release_channels.iter().map(|c| c.name.as_str()),
                 );
-                self.err(source, path, message);
+                self.err(source, &path, message);
             } else if found
-                .insert(per.release_channel.clone(), (i, per))
+                .insert(
+                    per.release_channel.clone(),
+                    PerChannel {
+                        path: per_path,
+                        doc: per,
+                    },
+                )
                 .is_some()
             {
                 self.err(
                     source,
-                    path,
+                    &path,
                     format!("release channel '{}' appears twice", per.release_channel),
                 );
             }
@@ -1158,29 +1197,26 @@ impl<'a> Checker<'a> {
         source: &Source,
         doc: &ServiceDoc,
         channel: &ReleaseChannel,
-        per: Option<&(usize, &PerReleaseChannelDoc)>,
+        per: Option<&PerChannel<'_>>,
         service_params: &[ParamDecl],
         runtimes: &BTreeMap<RuntimeName, Runtime>,
     ) -> Option<ServiceChannel> {
-        let per_path = per.map(|(i, _)| format!("service.perReleaseChannel[{i}]"));
+        let root = FieldPath::root("service");
         let chosen = per
-            .and_then(|(_, p)| {
-                p.runtime
+            .and_then(|per| {
+                per.doc
+                    .runtime
                     .as_ref()
-                    .map(|r| (r, format!("{}.runtime", per_path.as_deref().unwrap_or(""))))
+                    .map(|r| (r, per.path.key("runtime")))
             })
-            .or_else(|| {
-                doc.runtime
-                    .as_ref()
-                    .map(|r| (r, "service.runtime".to_owned()))
-            });
+            .or_else(|| doc.runtime.as_ref().map(|r| (r, root.key("runtime"))));
         let runtime_name = match (chosen, channel.runtimes.as_slice()) {
             (Some((name, path)), offered) => {
                 if !offered.contains(name) {
                     let offered: Vec<&str> = offered.iter().map(|r| r.as_str()).collect();
                     self.err(
                         source,
-                        path,
+                        &path,
                         format!(
                             "runtime '{name}' is not offered by release channel '{}' (it offers: {})",
                             channel.name,
@@ -1197,7 +1233,7 @@ impl<'a> Checker<'a> {
                 let offered: Vec<&str> = several.iter().map(|r| r.as_str()).collect();
                 self.err(
                     source,
-                    "service",
+                    &root,
                     format!(
                         "release channel '{}' offers several runtimes ({}); set 'runtime' on the service or per release channel",
                         channel.name,
@@ -1212,34 +1248,22 @@ impl<'a> Checker<'a> {
         self.runtime_constants(&runtime_name, channel);
 
         let mut values = BTreeMap::new();
-        let service_values = doc.custom.iter().flat_map(|c| {
-            c.parameter_values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (format!("service.custom.parameterValues[{i}]"), v))
-        });
-        let channel_values = per.into_iter().flat_map(|(i, p)| {
-            p.custom.iter().flat_map(move |c| {
-                c.parameter_values.iter().enumerate().map(move |(j, v)| {
-                    (
-                        format!("service.perReleaseChannel[{i}].custom.parameterValues[{j}]"),
-                        v,
-                    )
-                })
-            })
-        });
-        let mut seen_paths: BTreeMap<String, String> = BTreeMap::new();
-        for (path, value) in service_values.chain(channel_values) {
-            if let Some(earlier) = seen_paths.get(&value.name)
-                && earlier.starts_with("service.custom") == path.starts_with("service.custom")
-            {
+        // A value given for the whole service and again for this channel is
+        // an override; given twice in the same place, a mistake.
+        let service_values = custom_values(&root, doc.custom.as_ref()).map(|(p, v)| (p, v, false));
+        let channel_values = per
+            .into_iter()
+            .flat_map(|per| custom_values(&per.path, per.doc.custom.as_ref()))
+            .map(|(p, v)| (p, v, true));
+        let mut seen: BTreeSet<(bool, &str)> = BTreeSet::new();
+        for (path, value, per_channel) in service_values.chain(channel_values) {
+            if !seen.insert((per_channel, value.name.as_str())) {
                 self.err(
                     source,
-                    format!("{path}.name"),
+                    &path.key("name"),
                     format!("parameter '{}' is given twice", value.name),
                 );
             }
-            seen_paths.insert(value.name.clone(), path.clone());
             if let Some(checked) =
                 self.parameter_value(source, &path, value, runtime, channel, service_params)
             {
@@ -1249,13 +1273,13 @@ impl<'a> Checker<'a> {
         for param in &runtime.params {
             if param.required && !values.contains_key(&param.name) {
                 let path = if doc.custom.is_some() {
-                    "service.custom.parameterValues"
+                    root.key("custom").key("parameterValues")
                 } else {
-                    "service"
+                    root.clone()
                 };
                 self.err(
                     source,
-                    path,
+                    &path,
                     format!(
                         "missing required parameter '{}' of runtime {} (release channel {}); add `- {{name: {}, {}: …}}` to custom.parameterValues",
                         param.name,
@@ -1271,15 +1295,16 @@ impl<'a> Checker<'a> {
         let env_sources = doc
             .env
             .iter()
-            .map(|(k, v)| (format!("service.env.{k}"), k, v))
-            .chain(per.into_iter().flat_map(|(i, p)| {
-                p.env
+            .map(|(k, v)| (root.key("env").key(k), k, v))
+            .chain(per.into_iter().flat_map(|per| {
+                per.doc
+                    .env
                     .iter()
-                    .map(move |(k, v)| (format!("service.perReleaseChannel[{i}].env.{k}"), k, v))
+                    .map(|(k, v)| (per.path.key("env").key(k), k, v))
             }));
         for (path, name, raw) in env_sources {
             if let Err(e) = check_env_name(name) {
-                self.err(source, path.clone(), e);
+                self.err(source, &path, e);
             }
             if let Some(t) = self.service_template(source, &path, raw, channel, service_params) {
                 env.insert(name.clone(), t);
@@ -1300,10 +1325,10 @@ impl<'a> Checker<'a> {
         let missing: Vec<ConfigError> = uses
             .constant_uses
             .iter()
-            .filter(|(_, name)| !channel.constants.contains_key(name))
-            .map(|(path, name)| {
+            .filter(|constant| !channel.constants.contains_key(&constant.name))
+            .map(|ConstantUse { path, name }| {
                 uses.source.error(
-                    path.clone(),
+                    path,
                     format!("constant '{name}' is not defined in release channel '{}' (which uses runtime {runtime})", channel.name),
                 )
             })
@@ -1314,7 +1339,7 @@ impl<'a> Checker<'a> {
     fn parameter_value(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         value: &ParameterValueDoc,
         runtime: &Runtime,
         channel: &ReleaseChannel,
@@ -1327,7 +1352,7 @@ impl<'a> Checker<'a> {
                 .unwrap_or_default();
             self.err(
                 source,
-                format!("{path}.name"),
+                &path.key("name"),
                 format!(
                     "unknown parameter '{}' for runtime {}; {hint}it declares: {}",
                     value.name,
@@ -1382,7 +1407,7 @@ impl<'a> Checker<'a> {
         if kind != decl.kind {
             self.err(
                 source,
-                format!("{path}.{}", kind.name()),
+                &path.key(kind.name()),
                 format!(
                     "parameter '{}' of runtime {} is declared {}; write `{}: …`",
                     value.name,
@@ -1393,7 +1418,7 @@ impl<'a> Checker<'a> {
             );
             return None;
         }
-        let value_path = format!("{path}.{}", kind.name());
+        let value_path = path.key(kind.name());
         match (kind, raw) {
             (ParamKind::Secret, _) => {
                 value
@@ -1404,7 +1429,7 @@ impl<'a> Checker<'a> {
                             s.from_env.clone(),
                         ))),
                         Err(e) => {
-                            self.err(source, format!("{value_path}.fromEnv"), e);
+                            self.err(source, &value_path.key("fromEnv"), e);
                             None
                         }
                     })
@@ -1422,7 +1447,7 @@ impl<'a> Checker<'a> {
                         _ => Ok(()),
                     };
                     if let Err(e) = checked {
-                        self.err(source, value_path, e);
+                        self.err(source, &value_path, e);
                         return None;
                     }
                 }
@@ -1437,7 +1462,7 @@ impl<'a> Checker<'a> {
     fn service_template(
         &mut self,
         source: &Source,
-        path: &str,
+        path: &FieldPath,
         raw: &str,
         channel: &ReleaseChannel,
         service_params: &[ParamDecl],
@@ -1476,8 +1501,26 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// A service's `perReleaseChannel` entry for one release channel.
+struct PerChannel<'a> {
+    path: FieldPath,
+    doc: &'a PerReleaseChannelDoc,
+}
+
+/// The `custom.parameterValues` under `base`, each with its path.
+fn custom_values<'d>(
+    base: &FieldPath,
+    custom: Option<&'d CustomDoc>,
+) -> impl Iterator<Item = (FieldPath, &'d ParameterValueDoc)> {
+    let path = base.key("custom").key("parameterValues");
+    custom
+        .into_iter()
+        .flat_map(|c| c.parameter_values.iter().enumerate())
+        .map(move |(i, value)| (path.index(i), value))
+}
+
 struct JobInput<'i> {
-    path: &'i str,
+    path: &'i FieldPath,
     task: &'i TaskConfigDoc,
     runner: Option<&'i RunnerDoc>,
     dir: &'i str,
