@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
-use super::{
-    Checker, ConstantUse, DEFAULT_FETCH_TIMEOUT, JobInput, unknown_name_message,
-    unknown_param_message,
-};
+use super::job::{ConstantUse, JobInput};
+use super::{Checker, DEFAULT_FETCH_TIMEOUT, unknown_name_message, unknown_param_message};
 use crate::config::ParsedDocument;
 use crate::config::schema::{
     FailureBehaviorDoc, LifecycleDoc, ProtectionAttachmentDoc, ProtectionDoc,

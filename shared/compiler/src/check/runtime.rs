@@ -6,7 +6,8 @@
 use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
-use super::{Checker, ConstantUse, DEFAULT_FETCH_TIMEOUT, JobInput};
+use super::job::{ConstantUse, JobInput};
+use super::{Checker, DEFAULT_FETCH_TIMEOUT};
 use crate::config::ParsedDocument;
 use crate::config::schema::{FetchModeDoc, RetryPolicyDoc, RuntimeDoc};
 use crate::model::{FetchTemplate, GetInfoTemplate, ReleaseChannel, Runtime};
