@@ -93,7 +93,7 @@ impl<'a> Checker<'a> {
                     source: &document.source,
                     doc: doc.as_ref(),
                 }),
-                DocumentBody::Protection(doc) => self.protection(&document.source, document, doc),
+                DocumentBody::Protection(doc) => self.protection(document, doc),
             }
         }
 

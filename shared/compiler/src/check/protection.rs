@@ -12,53 +12,34 @@ use super::job::{ConstantUse, JobInput};
 use super::{Checker, DEFAULT_FETCH_TIMEOUT, unknown_name_message, unknown_param_message};
 use crate::config::ParsedDocument;
 use crate::config::schema::{
-    FailureBehaviorDoc, LifecycleDoc, ProtectionAttachmentDoc, ProtectionDoc,
+    FailureBehaviorDoc, LifecycleDoc, ParameterValueDoc, ProtectionAttachmentDoc, ProtectionDoc,
 };
-use crate::model::{Protection, ProtectionTemplate, ProtectionUse};
+use crate::model::{JobTemplate, Protection, ProtectionTemplate, ProtectionUse};
 use crate::template::{Reference, Template};
 use vergence_model::{FailureBehavior, Lifecycle, Source};
 
 const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
 
 impl<'a> Checker<'a> {
-    pub(super) fn protection(
-        &mut self,
-        source: &'a Source,
-        document: &ParsedDocument,
-        doc: &ProtectionDoc,
-    ) {
+    /// Checks a `protection` document and, when it is valid, keeps it for
+    /// the release channels and services that attach it.
+    pub(super) fn protection(&mut self, document: &'a ParsedDocument, doc: &ProtectionDoc) {
+        let source = &document.source;
         let root = FieldPath::root("protection");
         let params = self.params(source, &root, &doc.parameters, false);
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
-                let mut constant_uses = Vec::new();
-                let job = self.job(
-                    source,
-                    JobInput {
-                        path: &root,
-                        task,
-                        runner: doc.runner.as_ref(),
-                        dir: &document.dir,
-                        timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
-                        outputs: &[],
-                        params: &params,
-                        owner: &format!("protection {}", doc.name),
-                    },
-                    &mut constant_uses,
-                );
-                // Constants are per release channel and a protection is
-                // attached to many; its values can use them instead.
-                for ConstantUse { path, name } in constant_uses {
-                    self.err(
-                        source,
-                        &path,
-                        format!(
-                            "protections cannot use {{{{.Constants.{name}}}}} directly; \
-                             declare a parameter and pass the constant where the protection is attached"
-                        ),
-                    );
-                }
-                job.map(ProtectionTemplate::Job)
+                let input = JobInput {
+                    path: &root,
+                    task,
+                    runner: doc.runner.as_ref(),
+                    dir: &document.dir,
+                    timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
+                    outputs: &[],
+                    params: &params,
+                    owner: &format!("protection {}", doc.name),
+                };
+                self.check_job(source, input).map(ProtectionTemplate::Job)
             }
             (None, Some(alert)) => match vergence_model::check_name(alert) {
                 Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),
@@ -85,18 +66,35 @@ impl<'a> Checker<'a> {
             }
         };
         if let Some(check) = check {
-            self.protections.insert(
-                doc.name.clone(),
-                Protection {
-                    name: doc.name.clone(),
-                    params,
-                    check,
-                    poll_interval: doc
-                        .poll_interval
-                        .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
-                },
+            let protection = Protection {
+                name: doc.name.clone(),
+                params,
+                check,
+                poll_interval: doc
+                    .poll_interval
+                    .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
+            };
+            self.protections.insert(doc.name.clone(), protection);
+        }
+    }
+
+    /// The job of a check protection. Its templates may not use constants.
+    fn check_job(&mut self, source: &'a Source, input: JobInput<'_>) -> Option<JobTemplate> {
+        let mut constant_uses = Vec::new();
+        let job = self.job(source, input, &mut constant_uses);
+        // Constants are per release channel and a protection is
+        // attached to many; its values can use them instead.
+        for ConstantUse { path, name } in constant_uses {
+            self.err(
+                source,
+                &path,
+                format!(
+                    "protections cannot use {{{{.Constants.{name}}}}} directly; \
+                     declare a parameter and pass the constant where the protection is attached"
+                ),
             );
         }
+        job
     }
 
     /// Checks protections attached at `base` (a release channel or a
@@ -122,119 +120,11 @@ impl<'a> Checker<'a> {
                 self.err(source, &path.key("ref").key("name"), message);
                 continue;
             };
-            let mut values = BTreeMap::new();
-            for (j, value) in doc.reference.parameters.iter().enumerate() {
-                let vpath = path.key("ref").key("parameters").index(j);
-                let Some(decl) = protection.params.iter().find(|p| p.name == value.name) else {
-                    let message = unknown_param_message(
-                        &value.name,
-                        &Reference::Param(value.name.clone()),
-                        &format!("protection {name}"),
-                        &protection.params,
-                    );
-                    self.err(source, &vpath.key("name"), message);
-                    continue;
-                };
-                let raw = value
-                    .string
-                    .as_ref()
-                    .or(value.int.as_ref())
-                    .or(value.docker_image.as_ref());
-                let Some(raw) = raw else {
-                    self.err(
-                        source,
-                        &vpath,
-                        format!(
-                            "give parameter '{}' a value: {}: VALUE",
-                            value.name,
-                            decl.kind.name()
-                        ),
-                    );
-                    continue;
-                };
-                match Template::parse(raw) {
-                    Ok(t) => {
-                        if t.references().any(|r| matches!(r, Reference::Param(_))) {
-                            self.err(
-                                source,
-                                &vpath,
-                                "protection parameter values can use {{.Constants.x}} and {{.Builtins...}}, not {{.Params.x}}",
-                            );
-                            continue;
-                        }
-                        values.insert(value.name.clone(), t);
-                    }
-                    Err(e) => self.err(source, &vpath, e),
-                }
-            }
-            for decl in &protection.params {
-                if decl.required && decl.default.is_none() && !values.contains_key(&decl.name) {
-                    self.err(
-                        source,
-                        &path.key("ref").key("parameters"),
-                        format!(
-                            "protection {name} needs a value for its required parameter '{}'",
-                            decl.name
-                        ),
-                    );
-                }
-            }
-            if doc.lifecycle.is_empty() {
-                self.err(
-                    source,
-                    &path.key("lifecycle"),
-                    "say when the protection runs: preApproval, deployment or postDeployment",
-                );
-            }
-            let mut lifecycles = Vec::new();
-            for (j, lifecycle) in doc.lifecycle.iter().enumerate() {
-                let lpath = path.key("lifecycle").index(j);
-                let compiled = match lifecycle {
-                    LifecycleDoc::PreApproval(_) => Lifecycle::PreApproval,
-                    LifecycleDoc::Deployment(d) => Lifecycle::Deployment {
-                        failure_behavior: match d.failure_behavior {
-                            None | Some(FailureBehaviorDoc::Block) => FailureBehavior::Block,
-                            Some(FailureBehaviorDoc::Fail) => FailureBehavior::Fail,
-                        },
-                    },
-                    LifecycleDoc::PostDeployment(p) => {
-                        let Some(duration) = p.check_duration.map(|d| d.0) else {
-                            self.err(
-                                source,
-                                &lpath.key("postDeployment").key("checkDuration"),
-                                "a post-deployment check needs checkDuration: how long it must pass",
-                            );
-                            continue;
-                        };
-                        Lifecycle::PostDeployment {
-                            delay: p.delay_check_duration.map_or(SignedDuration::ZERO, |d| d.0),
-                            duration,
-                        }
-                    }
-                };
-                if lifecycles
-                    .iter()
-                    .any(|l: &Lifecycle| l.as_str() == compiled.as_str())
-                {
-                    self.err(
-                        source,
-                        &lpath,
-                        format!("lifecycle {} is given twice", compiled.as_str()),
-                    );
-                    continue;
-                }
-                if matches!(protection.check, ProtectionTemplate::Alert(_))
-                    && matches!(compiled, Lifecycle::PostDeployment { .. })
-                {
-                    self.err(
-                        source,
-                        &lpath,
-                        "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
-                    );
-                    continue;
-                }
-                lifecycles.push(compiled);
-            }
+            let ref_path = path.key("ref").key("parameters");
+            let values =
+                self.protection_values(source, &ref_path, &protection, &doc.reference.parameters);
+            let lifecycles =
+                self.lifecycles(source, &path.key("lifecycle"), &protection, &doc.lifecycle);
             uses.push(ProtectionUse {
                 name: name.clone(),
                 values,
@@ -243,5 +133,165 @@ impl<'a> Checker<'a> {
             });
         }
         uses
+    }
+
+    /// The values given for an attached protection's parameters (at
+    /// `path`, its `ref.parameters`), and that every required one has one.
+    fn protection_values(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        protection: &Protection,
+        docs: &[ParameterValueDoc],
+    ) -> BTreeMap<String, Template> {
+        let mut values = BTreeMap::new();
+        for (j, value) in docs.iter().enumerate() {
+            let vpath = path.index(j);
+            if let Some(template) = self.protection_value(source, &vpath, protection, value) {
+                values.insert(value.name.clone(), template);
+            }
+        }
+        for decl in &protection.params {
+            if decl.required && decl.default.is_none() && !values.contains_key(&decl.name) {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "protection {} needs a value for its required parameter '{}'",
+                        protection.name, decl.name
+                    ),
+                );
+            }
+        }
+        values
+    }
+
+    /// One parameter value of an attached protection: a declared parameter,
+    /// given a value that uses constants and built-ins but no parameters.
+    fn protection_value(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        protection: &Protection,
+        value: &ParameterValueDoc,
+    ) -> Option<Template> {
+        let Some(decl) = protection.params.iter().find(|p| p.name == value.name) else {
+            let message = unknown_param_message(
+                &value.name,
+                &Reference::Param(value.name.clone()),
+                &format!("protection {}", protection.name),
+                &protection.params,
+            );
+            self.err(source, &path.key("name"), message);
+            return None;
+        };
+        let raw = value
+            .string
+            .as_ref()
+            .or(value.int.as_ref())
+            .or(value.docker_image.as_ref());
+        let Some(raw) = raw else {
+            self.err(
+                source,
+                path,
+                format!(
+                    "give parameter '{}' a value: {}: VALUE",
+                    value.name,
+                    decl.kind.name()
+                ),
+            );
+            return None;
+        };
+        match Template::parse(raw) {
+            Ok(t) if t.references().any(|r| matches!(r, Reference::Param(_))) => {
+                self.err(
+                    source,
+                    path,
+                    "protection parameter values can use {{.Constants.x}} and {{.Builtins...}}, not {{.Params.x}}",
+                );
+                None
+            }
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.err(source, path, e);
+                None
+            }
+        }
+    }
+
+    /// The lifecycle points (at `path`) an attached protection guards, each
+    /// at most once.
+    fn lifecycles(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        protection: &Protection,
+        docs: &[LifecycleDoc],
+    ) -> Vec<Lifecycle> {
+        if docs.is_empty() {
+            self.err(
+                source,
+                path,
+                "say when the protection runs: preApproval, deployment or postDeployment",
+            );
+        }
+        let mut lifecycles: Vec<Lifecycle> = Vec::new();
+        for (j, doc) in docs.iter().enumerate() {
+            let lpath = path.index(j);
+            let Some(lifecycle) = self.lifecycle(source, &lpath, doc) else {
+                continue;
+            };
+            if lifecycles.iter().any(|l| l.as_str() == lifecycle.as_str()) {
+                self.err(
+                    source,
+                    &lpath,
+                    format!("lifecycle {} is given twice", lifecycle.as_str()),
+                );
+                continue;
+            }
+            if matches!(protection.check, ProtectionTemplate::Alert(_))
+                && matches!(lifecycle, Lifecycle::PostDeployment { .. })
+            {
+                self.err(
+                    source,
+                    &lpath,
+                    "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
+                );
+                continue;
+            }
+            lifecycles.push(lifecycle);
+        }
+        lifecycles
+    }
+
+    fn lifecycle(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        doc: &LifecycleDoc,
+    ) -> Option<Lifecycle> {
+        Some(match doc {
+            LifecycleDoc::PreApproval(_) => Lifecycle::PreApproval,
+            LifecycleDoc::Deployment(d) => Lifecycle::Deployment {
+                failure_behavior: match d.failure_behavior {
+                    None | Some(FailureBehaviorDoc::Block) => FailureBehavior::Block,
+                    Some(FailureBehaviorDoc::Fail) => FailureBehavior::Fail,
+                },
+            },
+            LifecycleDoc::PostDeployment(p) => {
+                let Some(duration) = p.check_duration.map(|d| d.0) else {
+                    self.err(
+                        source,
+                        &path.key("postDeployment").key("checkDuration"),
+                        "a post-deployment check needs checkDuration: how long it must pass",
+                    );
+                    return None;
+                };
+                Lifecycle::PostDeployment {
+                    delay: p.delay_check_duration.map_or(SignedDuration::ZERO, |d| d.0),
+                    duration,
+                }
+            }
+        })
     }
 }
