@@ -20,7 +20,7 @@ pub(super) struct ConstantUse {
 }
 
 pub(super) struct JobInput<'i> {
-    pub(super) path: &'i FieldPath,
+    pub(super) path: FieldPath,
     pub(super) task: &'i TaskConfigDoc,
     pub(super) runner: Option<&'i RunnerDoc>,
     pub(super) dir: &'i str,

@@ -30,7 +30,7 @@ impl<'a> Checker<'a> {
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
                 let input = JobInput {
-                    path: &root,
+                    path: root.clone(),
                     task,
                     runner: doc.runner.as_ref(),
                     dir: &document.dir,

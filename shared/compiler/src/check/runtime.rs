@@ -9,8 +9,10 @@ use super::field_path::FieldPath;
 use super::job::{ConstantUse, JobInput};
 use super::{Checker, DEFAULT_FETCH_TIMEOUT};
 use crate::config::ParsedDocument;
-use crate::config::schema::{FetchModeDoc, RetryPolicyDoc, RuntimeDoc};
-use crate::model::{FetchTemplate, GetInfoTemplate, ReleaseChannel, Runtime};
+use crate::config::schema::{
+    FetchDoc, FetchModeDoc, GetInfoDoc, RetryPolicyDoc, RunnerDoc, RuntimeDoc, TaskConfigDoc,
+};
+use crate::model::{FetchTemplate, GetInfoTemplate, ParamDecl, ReleaseChannel, Runtime};
 use vergence_model::{ConfigError, FetchMode, RetryPolicy, RuntimeName, Source};
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
@@ -26,6 +28,38 @@ pub(super) struct RuntimeSource<'a> {
     constant_uses: Vec<ConstantUse>,
 }
 
+/// What the jobs of one runtime share: where they are written, the runner
+/// and directory they run in, and the parameters their templates may use.
+struct RuntimeJobs<'r> {
+    root: &'r FieldPath,
+    runner: Option<&'r RunnerDoc>,
+    dir: &'r str,
+    params: &'r [ParamDecl],
+    owner: String,
+}
+
+impl RuntimeJobs<'_> {
+    /// The input for the job written under `key` (`apply`, `fetch`, `getInfo`).
+    fn input<'i>(
+        &'i self,
+        key: &str,
+        task: &'i TaskConfigDoc,
+        timeout: SignedDuration,
+        outputs: &'i [String],
+    ) -> JobInput<'i> {
+        JobInput {
+            path: self.root.key(key),
+            task,
+            runner: self.runner,
+            dir: self.dir,
+            timeout,
+            outputs,
+            params: self.params,
+            owner: &self.owner,
+        }
+    }
+}
+
 impl<'a> Checker<'a> {
     pub(super) fn runtime(
         &mut self,
@@ -34,6 +68,68 @@ impl<'a> Checker<'a> {
     ) -> Option<Runtime> {
         let source = &document.source;
         let root = FieldPath::root("runtime");
+        let first_class = self.first_class_runtimes(source, &root, doc);
+        let params = self.params(source, &root, &doc.parameters, true);
+        let Some(apply_doc) = &doc.apply else {
+            if !first_class {
+                self.err(
+                    source,
+                    &root,
+                    "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
+                );
+            }
+            return None;
+        };
+        let jobs = RuntimeJobs {
+            root: &root,
+            runner: doc.runner.as_ref(),
+            dir: &document.dir,
+            params: &params,
+            owner: format!("runtime {}", doc.name),
+        };
+        let mut constant_uses = Vec::new();
+        let apply_timeout = apply_doc.timeout.map_or(DEFAULT_APPLY_TIMEOUT, |d| d.0);
+        let apply_input = jobs.input("apply", &apply_doc.task_config, apply_timeout, &[]);
+        let apply_job = self.job(source, apply_input, &mut constant_uses);
+        let retry_policy = self.retry_policy(source, apply_doc.retry_policy.as_ref());
+        let fetch = doc.fetch.as_ref();
+        let fetch = fetch.map(|f| self.fetch(source, &jobs, f, &mut constant_uses));
+        let get_info = doc.get_info.as_ref();
+        let get_info = get_info.map(|g| self.get_info(source, &jobs, g, &mut constant_uses));
+        let runtime_source = RuntimeSource {
+            source,
+            constant_uses,
+        };
+        self.runtime_sources
+            .insert(doc.name.clone(), runtime_source);
+        // A fetch or getInfo that is written but invalid makes the runtime invalid.
+        let (apply, fetch, get_info) = match (apply_job, fetch, get_info) {
+            (None, _, _) | (_, Some(None), _) | (_, _, Some(None)) => return None,
+            (Some(apply), fetch, get_info) => (apply, fetch.flatten(), get_info.flatten()),
+        };
+        Some(Runtime {
+            name: doc.name.clone(),
+            params,
+            apply,
+            retryable_exit_codes: apply_doc.retryable_exit_codes.clone(),
+            retry_policy,
+            fetch,
+            get_info,
+            convergence_grace_period: doc
+                .convergence_grace_period
+                .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
+            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+        })
+    }
+
+    /// Reports the first-class runtime blocks (`ecs`, `kubernetes`, …),
+    /// which this version does not run; true when the document has any.
+    fn first_class_runtimes(
+        &mut self,
+        source: &Source,
+        root: &FieldPath,
+        doc: &RuntimeDoc,
+    ) -> bool {
         let first_class = [
             ("ecs", doc.ecs.is_some()),
             ("cloudRun", doc.cloud_run.is_some()),
@@ -50,119 +146,58 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
-        let params = self.params(source, &root, &doc.parameters, true);
-        let Some(apply) = &doc.apply else {
-            if first_class.iter().all(|(_, set)| !set) {
+        first_class.iter().any(|(_, set)| *set)
+    }
+
+    /// The fetch job; its outputs are files handed to apply, so they must be
+    /// plain names inside the job's directory.
+    fn fetch(
+        &mut self,
+        source: &'a Source,
+        jobs: &RuntimeJobs<'_>,
+        fetch: &FetchDoc,
+        constant_uses: &mut Vec<ConstantUse>,
+    ) -> Option<FetchTemplate> {
+        for (i, output) in fetch.outputs.iter().enumerate() {
+            if output.is_empty() || output.contains(['/', '\\']) || output.starts_with('.') {
                 self.err(
                     source,
-                    &root,
-                    "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
+                    &jobs.root.key("fetch").key("outputs").index(i),
+                    format!("output {output:?} must be a plain file name"),
                 );
             }
-            return None;
-        };
-        let owner = format!("runtime {}", doc.name);
-        let mut constant_uses = Vec::new();
-        let apply_job = self.job(
-            source,
-            JobInput {
-                path: &root.key("apply"),
-                task: &apply.task_config,
-                runner: doc.runner.as_ref(),
-                dir: &document.dir,
-                timeout: apply.timeout.map_or(DEFAULT_APPLY_TIMEOUT, |d| d.0),
-                outputs: &[],
-                params: &params,
-                owner: &owner,
+        }
+        let timeout = fetch.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0);
+        let input = jobs.input("fetch", &fetch.task_config, timeout, &fetch.outputs);
+        let job = self.job(source, input, constant_uses)?;
+        Some(FetchTemplate {
+            job,
+            mode: match fetch.mode {
+                None | Some(FetchModeDoc::ExitCode) => FetchMode::ExitCode,
+                Some(FetchModeDoc::Structured) => FetchMode::Structured,
             },
-            &mut constant_uses,
-        );
-        let retry_policy = self.retry_policy(source, apply.retry_policy.as_ref());
-        let fetch = doc.fetch.as_ref().and_then(|fetch| {
-            for (i, output) in fetch.outputs.iter().enumerate() {
-                if output.is_empty() || output.contains(['/', '\\']) || output.starts_with('.') {
-                    self.err(
-                        source,
-                        &root.key("fetch").key("outputs").index(i),
-                        format!("output {output:?} must be a plain file name"),
-                    );
-                }
-            }
-            let job = self.job(
-                source,
-                JobInput {
-                    path: &root.key("fetch"),
-                    task: &fetch.task_config,
-                    runner: doc.runner.as_ref(),
-                    dir: &document.dir,
-                    timeout: fetch.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
-                    outputs: &fetch.outputs,
-                    params: &params,
-                    owner: &owner,
-                },
-                &mut constant_uses,
-            )?;
-            Some(FetchTemplate {
-                job,
-                mode: match fetch.mode {
-                    None | Some(FetchModeDoc::ExitCode) => FetchMode::ExitCode,
-                    Some(FetchModeDoc::Structured) => FetchMode::Structured,
-                },
-                poll_interval: fetch.poll_interval.map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
-                steady_state_poll_interval: fetch
-                    .steady_state_poll_interval
-                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
-            })
-        });
-        let get_info = doc.get_info.as_ref().and_then(|info| {
-            let job = self.job(
-                source,
-                JobInput {
-                    path: &root.key("getInfo"),
-                    task: &info.task_config,
-                    runner: doc.runner.as_ref(),
-                    dir: &document.dir,
-                    timeout: info.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
-                    outputs: &[],
-                    params: &params,
-                    owner: &owner,
-                },
-                &mut constant_uses,
-            )?;
-            Some(GetInfoTemplate {
-                job,
-                poll_interval: info
-                    .poll_interval
-                    .map_or(DEFAULT_GET_INFO_POLL_INTERVAL, |d| d.0),
-            })
-        });
-        self.runtime_sources.insert(
-            doc.name.clone(),
-            RuntimeSource {
-                source,
-                constant_uses,
-            },
-        );
-        Some(Runtime {
-            name: doc.name.clone(),
-            params,
-            apply: apply_job?,
-            retryable_exit_codes: apply.retryable_exit_codes.clone(),
-            retry_policy,
-            fetch: if doc.fetch.is_some() {
-                Some(fetch?)
-            } else {
-                None
-            },
-            get_info: if doc.get_info.is_some() {
-                Some(get_info?)
-            } else {
-                None
-            },
-            convergence_grace_period: doc
-                .convergence_grace_period
-                .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
-            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+            poll_interval: fetch.poll_interval.map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
+            steady_state_poll_interval: fetch
+                .steady_state_poll_interval
+                .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
+        })
+    }
+
+    fn get_info(
+        &mut self,
+        source: &'a Source,
+        jobs: &RuntimeJobs<'_>,
+        info: &GetInfoDoc,
+        constant_uses: &mut Vec<ConstantUse>,
+    ) -> Option<GetInfoTemplate> {
+        let timeout = info.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0);
+        let input = jobs.input("getInfo", &info.task_config, timeout, &[]);
+        let job = self.job(source, input, constant_uses)?;
+        Some(GetInfoTemplate {
+            job,
+            poll_interval: info
+                .poll_interval
+                .map_or(DEFAULT_GET_INFO_POLL_INTERVAL, |d| d.0),
         })
     }
 
