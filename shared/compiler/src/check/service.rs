@@ -23,9 +23,17 @@ use vergence_model::{
 };
 
 /// A service's `perReleaseChannel` entry for one release channel.
-struct PerChannel<'a> {
+struct PerChannel<'d> {
     path: FieldPath,
-    doc: &'a PerReleaseChannelDoc,
+    doc: &'d PerReleaseChannelDoc,
+}
+
+/// A service document being checked, with the release parameters it
+/// declares (which its templates may use).
+struct ServiceInput<'s> {
+    source: &'s Source,
+    doc: &'s ServiceDoc,
+    params: &'s [ParamDecl],
 }
 
 impl<'a> Checker<'a> {
@@ -41,26 +49,14 @@ impl<'a> Checker<'a> {
         };
         let root = FieldPath::root("service");
         let params = self.params(source, &root, &doc.parameters, false);
-        let protections = self.protection_uses(
+        let attached_to = format!("service {}", doc.name);
+        let protections = self.protection_uses(source, &root, &attached_to, &doc.protections);
+        let svc = ServiceInput {
             source,
-            &root,
-            &format!("service {}", doc.name),
-            &doc.protections,
-        );
-        let per_channel = self.per_channel(source, doc, &apps[&app_name]);
-        let mut channels = BTreeMap::new();
-        for channel in &apps[&app_name].release_channels {
-            if let Some(checked) = self.service_channel(
-                source,
-                doc,
-                channel,
-                per_channel.get(&channel.name),
-                &params,
-                runtimes,
-            ) {
-                channels.insert(channel.name.clone(), checked);
-            }
-        }
+            doc,
+            params: &params,
+        };
+        let channels = self.service_channels(&svc, &apps[&app_name], runtimes);
         let Some(app) = apps.get_mut(&app_name) else {
             return;
         };
@@ -140,12 +136,32 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn per_channel(
+    /// What the service runs in each release channel of its application.
+    fn service_channels(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        app: &Application,
+        runtimes: &BTreeMap<RuntimeName, Runtime>,
+    ) -> BTreeMap<ReleaseChannelName, ServiceChannel> {
+        let per_channel = self.per_channel(svc.source, svc.doc, app);
+        let mut channels = BTreeMap::new();
+        for channel in &app.release_channels {
+            let per = per_channel.get(&channel.name);
+            if let Some(checked) = self.service_channel(svc, channel, per, runtimes) {
+                channels.insert(channel.name.clone(), checked);
+            }
+        }
+        channels
+    }
+
+    /// The `perReleaseChannel` entries by release channel; each must name a
+    /// channel of the application, once.
+    fn per_channel<'d>(
         &mut self,
         source: &Source,
-        doc: &'a ServiceDoc,
+        doc: &'d ServiceDoc,
         app: &Application,
-    ) -> BTreeMap<ReleaseChannelName, PerChannel<'a>> {
+    ) -> BTreeMap<ReleaseChannelName, PerChannel<'d>> {
         let mut found = BTreeMap::new();
         for (i, per) in doc.per_release_channel.iter().enumerate() {
             let per_path = FieldPath::root("service").key("perReleaseChannel").index(i);
@@ -177,15 +193,37 @@ impl<'a> Checker<'a> {
         found
     }
 
+    /// What the service runs in one release channel: the runtime, the
+    /// values of its parameters and the extra env.
     fn service_channel(
         &mut self,
-        source: &Source,
-        doc: &ServiceDoc,
+        svc: &ServiceInput<'_>,
         channel: &ReleaseChannel,
         per: Option<&PerChannel<'_>>,
-        service_params: &[ParamDecl],
         runtimes: &BTreeMap<RuntimeName, Runtime>,
     ) -> Option<ServiceChannel> {
+        let runtime_name = self.channel_runtime(svc, channel, per)?;
+        // The runtime itself had errors, already reported.
+        let runtime = runtimes.get(&runtime_name)?;
+        self.runtime_constants(&runtime_name, channel);
+        let values = self.parameter_values(svc, channel, per, runtime);
+        let env = self.service_env(svc, channel, per);
+        Some(ServiceChannel {
+            runtime: runtime_name,
+            values,
+            env,
+        })
+    }
+
+    /// The runtime the service uses in `channel`: the one named for the
+    /// channel or for the service, which the channel must offer, else the
+    /// channel's only runtime.
+    fn channel_runtime(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        per: Option<&PerChannel<'_>>,
+    ) -> Option<RuntimeName> {
         let root = FieldPath::root("service");
         let chosen = per
             .and_then(|per| {
@@ -194,30 +232,28 @@ impl<'a> Checker<'a> {
                     .as_ref()
                     .map(|r| (r, per.path.key("runtime")))
             })
-            .or_else(|| doc.runtime.as_ref().map(|r| (r, root.key("runtime"))));
-        let runtime_name = match (chosen, channel.runtimes.as_slice()) {
+            .or_else(|| svc.doc.runtime.as_ref().map(|r| (r, root.key("runtime"))));
+        match (chosen, channel.runtimes.as_slice()) {
+            (Some((name, _)), offered) if offered.contains(name) => Some(name.clone()),
             (Some((name, path)), offered) => {
-                if !offered.contains(name) {
-                    let offered: Vec<&str> = offered.iter().map(|r| r.as_str()).collect();
-                    self.err(
-                        source,
-                        &path,
-                        format!(
-                            "runtime '{name}' is not offered by release channel '{}' (it offers: {})",
-                            channel.name,
-                            offered.join(", ")
-                        ),
-                    );
-                    return None;
-                }
-                name.clone()
+                let offered: Vec<&str> = offered.iter().map(|r| r.as_str()).collect();
+                self.err(
+                    svc.source,
+                    &path,
+                    format!(
+                        "runtime '{name}' is not offered by release channel '{}' (it offers: {})",
+                        channel.name,
+                        offered.join(", ")
+                    ),
+                );
+                None
             }
-            (None, [only]) => only.clone(),
-            (None, []) => return None,
+            (None, [only]) => Some(only.clone()),
+            (None, []) => None,
             (None, several) => {
                 let offered: Vec<&str> = several.iter().map(|r| r.as_str()).collect();
                 self.err(
-                    source,
+                    svc.source,
                     &root,
                     format!(
                         "release channel '{}' offers several runtimes ({}); set 'runtime' on the service or per release channel",
@@ -225,45 +261,66 @@ impl<'a> Checker<'a> {
                         offered.join(", ")
                     ),
                 );
-                return None;
+                None
             }
-        };
-        // The runtime itself had errors, already reported.
-        let runtime = runtimes.get(&runtime_name)?;
-        self.runtime_constants(&runtime_name, channel);
+        }
+    }
 
-        let mut values = BTreeMap::new();
+    /// The values the service gives the runtime's parameters in `channel`:
+    /// service-wide ones, overridden by the channel's own.
+    fn parameter_values(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        per: Option<&PerChannel<'_>>,
+        runtime: &Runtime,
+    ) -> BTreeMap<String, ValueTemplate> {
+        let root = FieldPath::root("service");
         // A value given for the whole service and again for this channel is
         // an override; given twice in the same place, a mistake.
-        let service_values = custom_values(&root, doc.custom.as_ref()).map(|(p, v)| (p, v, false));
+        let service_values =
+            custom_values(&root, svc.doc.custom.as_ref()).map(|(p, v)| (p, v, false));
         let channel_values = per
             .into_iter()
             .flat_map(|per| custom_values(&per.path, per.doc.custom.as_ref()))
             .map(|(p, v)| (p, v, true));
         let mut seen: BTreeSet<(bool, &str)> = BTreeSet::new();
+        let mut values = BTreeMap::new();
         for (path, value, per_channel) in service_values.chain(channel_values) {
             if !seen.insert((per_channel, value.name.as_str())) {
                 self.err(
-                    source,
+                    svc.source,
                     &path.key("name"),
                     format!("parameter '{}' is given twice", value.name),
                 );
             }
-            if let Some(checked) =
-                self.parameter_value(source, &path, value, runtime, channel, service_params)
-            {
+            if let Some(checked) = self.parameter_value(svc, channel, runtime, &path, value) {
                 values.insert(value.name.clone(), checked);
             }
         }
+        self.missing_required_values(svc, channel, runtime, &values);
+        values
+    }
+
+    /// Reports each required parameter of the runtime the service gives no
+    /// value in `channel`.
+    fn missing_required_values(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        runtime: &Runtime,
+        values: &BTreeMap<String, ValueTemplate>,
+    ) {
+        let root = FieldPath::root("service");
+        let path = if svc.doc.custom.is_some() {
+            root.key("custom").key("parameterValues")
+        } else {
+            root
+        };
         for param in &runtime.params {
             if param.required && !values.contains_key(&param.name) {
-                let path = if doc.custom.is_some() {
-                    root.key("custom").key("parameterValues")
-                } else {
-                    root.clone()
-                };
                 self.err(
-                    source,
+                    svc.source,
                     &path,
                     format!(
                         "missing required parameter '{}' of runtime {} (release channel {}); add `- {{name: {}, {}: …}}` to custom.parameterValues",
@@ -276,103 +333,59 @@ impl<'a> Checker<'a> {
                 );
             }
         }
-        let mut env = BTreeMap::new();
-        let env_sources = doc
+    }
+
+    /// The service's extra env in `channel`: service-wide, overridden by the
+    /// channel's own.
+    fn service_env(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        per: Option<&PerChannel<'_>>,
+    ) -> BTreeMap<String, Template> {
+        let root = FieldPath::root("service");
+        let service_env = svc
+            .doc
             .env
             .iter()
-            .map(|(k, v)| (root.key("env").key(k), k, v))
-            .chain(per.into_iter().flat_map(|per| {
-                per.doc
-                    .env
-                    .iter()
-                    .map(|(k, v)| (per.path.key("env").key(k), k, v))
-            }));
-        for (path, name, raw) in env_sources {
+            .map(|(k, v)| (root.key("env").key(k), k, v));
+        let channel_env = per.into_iter().flat_map(|per| {
+            per.doc
+                .env
+                .iter()
+                .map(|(k, v)| (per.path.key("env").key(k), k, v))
+        });
+        let mut env = BTreeMap::new();
+        for (path, name, raw) in service_env.chain(channel_env) {
             if let Err(e) = check_env_name(name) {
-                self.err(source, &path, e);
+                self.err(svc.source, &path, e);
             }
-            if let Some(t) = self.service_template(source, &path, raw, channel, service_params) {
+            if let Some(t) = self.service_template(svc, channel, &path, raw) {
                 env.insert(name.clone(), t);
             }
         }
-        Some(ServiceChannel {
-            runtime: runtime_name,
-            values,
-            env,
-        })
+        env
     }
 
+    /// One value for a runtime parameter (at `path`): a declared parameter,
+    /// given exactly one value, of the type it is declared with.
     fn parameter_value(
         &mut self,
-        source: &Source,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        runtime: &Runtime,
         path: &FieldPath,
         value: &ParameterValueDoc,
-        runtime: &Runtime,
-        channel: &ReleaseChannel,
-        service_params: &[ParamDecl],
     ) -> Option<ValueTemplate> {
         let Some(decl) = runtime.param(&value.name) else {
-            let declared: Vec<&str> = runtime.params.iter().map(|p| p.name.as_str()).collect();
-            let hint = suggest(&value.name, declared.iter().copied())
-                .map(|s| format!("did you mean '{s}'? "))
-                .unwrap_or_default();
-            self.err(
-                source,
-                &path.key("name"),
-                format!(
-                    "unknown parameter '{}' for runtime {}; {hint}it declares: {}",
-                    value.name,
-                    runtime.name,
-                    if declared.is_empty() {
-                        "no parameters".to_owned()
-                    } else {
-                        declared.join(", ")
-                    }
-                ),
-            );
+            let message = unknown_runtime_param_message(&value.name, runtime);
+            self.err(svc.source, &path.key("name"), message);
             return None;
         };
-        let given: Vec<(ParamKind, Option<&String>)> = [
-            value.string.as_ref().map(|v| (ParamKind::String, Some(v))),
-            value.int.as_ref().map(|v| (ParamKind::Int, Some(v))),
-            value
-                .docker_image
-                .as_ref()
-                .map(|v| (ParamKind::DockerImage, Some(v))),
-            value.secret.as_ref().map(|_| (ParamKind::Secret, None)),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let (kind, raw) = match given.as_slice() {
-            [one] => *one,
-            [] => {
-                self.err(
-                    source,
-                    path,
-                    format!(
-                        "give parameter '{}' a value: `{}: …`",
-                        value.name,
-                        decl.kind.name()
-                    ),
-                );
-                return None;
-            }
-            _ => {
-                self.err(
-                    source,
-                    path,
-                    format!(
-                        "parameter '{}' has more than one value; keep one",
-                        value.name
-                    ),
-                );
-                return None;
-            }
-        };
+        let (kind, raw) = self.given_value(svc.source, path, value, decl)?;
         if kind != decl.kind {
             self.err(
-                source,
+                svc.source,
                 &path.key(kind.name()),
                 format!(
                     "parameter '{}' of runtime {} is declared {}; write `{}: …`",
@@ -386,72 +399,136 @@ impl<'a> Checker<'a> {
         }
         let value_path = path.key(kind.name());
         match (kind, raw) {
-            (ParamKind::Secret, _) => {
-                value
-                    .secret
-                    .as_ref()
-                    .and_then(|s| match check_env_name(&s.from_env) {
-                        Ok(()) => Some(ValueTemplate::Secret(SecretRef::FromEnv(
-                            s.from_env.clone(),
-                        ))),
-                        Err(e) => {
-                            self.err(source, &value_path.key("fromEnv"), e);
-                            None
-                        }
-                    })
-            }
-            (_, Some(raw)) => {
-                let template =
-                    self.service_template(source, &value_path, raw, channel, service_params)?;
-                if template.references().next().is_none() {
-                    let checked = match kind {
-                        ParamKind::Int => raw
-                            .parse::<i64>()
-                            .map(|_| ())
-                            .map_err(|_| format!("{raw:?} is not an integer")),
-                        ParamKind::DockerImage => check_docker_image(raw),
-                        _ => Ok(()),
-                    };
-                    if let Err(e) = checked {
-                        self.err(source, &value_path, e);
-                        return None;
-                    }
-                }
-                Some(ValueTemplate::Text(template))
-            }
+            (ParamKind::Secret, _) => self.secret_value(svc.source, &value_path, value),
+            (_, Some(raw)) => self.text_value(svc, channel, &value_path, kind, raw),
             (_, None) => None,
         }
+    }
+
+    /// The one typed value written (`string: …`, `int: …`, …) with its text;
+    /// a secret has none.
+    fn given_value<'v>(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        value: &'v ParameterValueDoc,
+        decl: &ParamDecl,
+    ) -> Option<(ParamKind, Option<&'v String>)> {
+        let given: Vec<(ParamKind, Option<&String>)> = [
+            value.string.as_ref().map(|v| (ParamKind::String, Some(v))),
+            value.int.as_ref().map(|v| (ParamKind::Int, Some(v))),
+            value
+                .docker_image
+                .as_ref()
+                .map(|v| (ParamKind::DockerImage, Some(v))),
+            value.secret.as_ref().map(|_| (ParamKind::Secret, None)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match given.as_slice() {
+            [one] => Some(*one),
+            [] => {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "give parameter '{}' a value: `{}: …`",
+                        value.name,
+                        decl.kind.name()
+                    ),
+                );
+                None
+            }
+            _ => {
+                self.err(
+                    source,
+                    path,
+                    format!(
+                        "parameter '{}' has more than one value; keep one",
+                        value.name
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A secret value: read by the runner from one of its env variables.
+    fn secret_value(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        value: &ParameterValueDoc,
+    ) -> Option<ValueTemplate> {
+        let secret = value.secret.as_ref()?;
+        match check_env_name(&secret.from_env) {
+            Ok(()) => Some(ValueTemplate::Secret(SecretRef::FromEnv(
+                secret.from_env.clone(),
+            ))),
+            Err(e) => {
+                self.err(source, &path.key("fromEnv"), e);
+                None
+            }
+        }
+    }
+
+    /// A text value. Without template references it is checked against its
+    /// type now; with them, once rendered for a release.
+    fn text_value(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        path: &FieldPath,
+        kind: ParamKind,
+        raw: &str,
+    ) -> Option<ValueTemplate> {
+        let template = self.service_template(svc, channel, path, raw)?;
+        if template.references().next().is_none() {
+            let checked = match kind {
+                ParamKind::Int => raw
+                    .parse::<i64>()
+                    .map(|_| ())
+                    .map_err(|_| format!("{raw:?} is not an integer")),
+                ParamKind::DockerImage => check_docker_image(raw),
+                _ => Ok(()),
+            };
+            if let Err(e) = checked {
+                self.err(svc.source, path, e);
+                return None;
+            }
+        }
+        Some(ValueTemplate::Text(template))
     }
 
     /// Parses a template written in a service (parameter values, env), whose
     /// `.Params` are the service's own release parameters.
     fn service_template(
         &mut self,
-        source: &Source,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
         path: &FieldPath,
         raw: &str,
-        channel: &ReleaseChannel,
-        service_params: &[ParamDecl],
     ) -> Option<Template> {
         let template = match Template::parse(raw) {
             Ok(t) => t,
             Err(e) => {
-                self.err(source, path, e);
+                self.err(svc.source, path, e);
                 return None;
             }
         };
         let mut ok = true;
         for reference in template.references() {
             match reference {
-                Reference::Param(name) if !service_params.iter().any(|p| &p.name == name) => {
+                Reference::Param(name) if !svc.params.iter().any(|p| &p.name == name) => {
                     let message =
-                        unknown_param_message(name, reference, "this service", service_params);
-                    self.err(source, path, message);
+                        unknown_param_message(name, reference, "this service", svc.params);
+                    self.err(svc.source, path, message);
                     ok = false;
                 }
                 Reference::Constant(name) if !channel.constants.contains_key(name) => {
                     self.err(
-                        source,
+                        svc.source,
                         path,
                         format!(
                             "constant '{name}' is not defined in release channel '{}'",
@@ -465,6 +542,22 @@ impl<'a> Checker<'a> {
         }
         ok.then_some(template)
     }
+}
+
+fn unknown_runtime_param_message(name: &str, runtime: &Runtime) -> String {
+    let declared: Vec<&str> = runtime.params.iter().map(|p| p.name.as_str()).collect();
+    let hint = suggest(name, declared.iter().copied())
+        .map(|s| format!("did you mean '{s}'? "))
+        .unwrap_or_default();
+    format!(
+        "unknown parameter '{name}' for runtime {}; {hint}it declares: {}",
+        runtime.name,
+        if declared.is_empty() {
+            "no parameters".to_owned()
+        } else {
+            declared.join(", ")
+        }
+    )
 }
 
 /// The `custom.parameterValues` under `base`, each with its path.
