@@ -5,6 +5,7 @@
 mod application;
 mod field_path;
 mod job;
+mod parameter_values;
 mod parameters;
 mod protection;
 mod runtime;
