@@ -8,7 +8,7 @@ use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
 use super::{Checker, check_env_name, unknown_param_message};
-use crate::config::schema::{RunnerDoc, TaskConfigDoc};
+use crate::config::schema::{ProgramDoc, RunnerDoc, TaskConfigDoc};
 use crate::model::{JobTemplate, ParamDecl, ParamKind};
 use crate::template::{Reference, Template};
 use vergence_model::{RunnerSpec, Source};
@@ -19,21 +19,29 @@ pub(super) struct ConstantUse {
     pub(super) name: String,
 }
 
+/// A job written in a runtime or protection, with what its templates are
+/// checked against.
 pub(super) struct JobInput<'i> {
+    /// Where the job is written; its program is under `taskConfig.program`.
     pub(super) path: FieldPath,
     pub(super) task: &'i TaskConfigDoc,
     pub(super) runner: Option<&'i RunnerDoc>,
+    /// Directory of the document, where the job runs.
     pub(super) dir: &'i str,
     pub(super) timeout: SignedDuration,
     pub(super) outputs: &'i [String],
+    /// The parameters its templates may use.
     pub(super) params: &'i [ParamDecl],
+    /// Who declares those parameters, for messages: "runtime NAME".
     pub(super) owner: &'i str,
 }
 
-impl<'a> Checker<'a> {
+impl Checker<'_> {
+    /// Checks a job and parses its templates; `None` if anything in it is
+    /// wrong. Its constant uses are added to `constant_uses`.
     pub(super) fn job(
         &mut self,
-        source: &'a Source,
+        source: &Source,
         input: JobInput<'_>,
         constant_uses: &mut Vec<ConstantUse>,
     ) -> Option<JobTemplate> {
@@ -41,60 +49,22 @@ impl<'a> Checker<'a> {
         let program_path = input.path.key("taskConfig").key("program");
         let runner = runner_spec(input.runner);
         let before = self.errors.len();
-        if program.cmd.is_empty() {
-            self.err(
-                source,
-                &program_path.key("cmd"),
-                "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
-            );
-        }
-        if runner != RunnerSpec::Local && program.image.is_none() {
-            self.err(
-                source,
-                &program_path.key("image"),
-                format!("the {} runner runs a container: set image", runner.name()),
-            );
-        }
-        let mut template =
-            |checker: &mut Self, path: FieldPath, raw: &str, whole_secret_ok: bool| {
-                let parsed = match Template::parse(raw) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        checker.err(source, &path, e);
-                        return None;
-                    }
-                };
-                checker.references(
-                    source,
-                    &path,
-                    &parsed,
-                    input.params,
-                    input.owner,
-                    whole_secret_ok,
-                    constant_uses,
-                );
-                Some(parsed)
-            };
+        self.check_program(source, &program_path, program, &runner);
+        let cmd_path = program_path.key("cmd");
         let cmd: Vec<Template> = program
             .cmd
             .iter()
             .enumerate()
-            .filter_map(|(i, raw)| template(self, program_path.key("cmd").index(i), raw, false))
+            .filter_map(|(i, raw)| {
+                let path = cmd_path.index(i);
+                self.job_template(source, &input, &path, raw, false, constant_uses)
+            })
             .collect();
-        let image = program
-            .image
-            .as_ref()
-            .and_then(|raw| template(self, program_path.key("image"), raw, false));
-        let mut env = BTreeMap::new();
-        for (name, raw) in &program.env {
-            let path = program_path.key("env").key(name);
-            if let Err(e) = check_env_name(name) {
-                self.err(source, &path, e);
-            }
-            if let Some(t) = template(self, path, raw, true) {
-                env.insert(name.clone(), t);
-            }
-        }
+        let image_path = program_path.key("image");
+        let image = program.image.as_ref().and_then(|raw| {
+            self.job_template(source, &input, &image_path, raw, false, constant_uses)
+        });
+        let env = self.job_env(source, &input, &program_path, constant_uses);
         (self.errors.len() == before).then(|| JobTemplate {
             runner,
             image,
@@ -106,25 +76,99 @@ impl<'a> Checker<'a> {
         })
     }
 
-    /// Checks the references of a runtime or protection template: parameters
-    /// must be declared, secrets may only be a whole env value, and constant
-    /// uses are remembered for the per-channel check.
-    #[allow(clippy::too_many_arguments)]
-    fn references(
+    /// A program names what to run, and an image when its runner runs
+    /// containers.
+    fn check_program(
         &mut self,
         source: &Source,
         path: &FieldPath,
+        program: &ProgramDoc,
+        runner: &RunnerSpec,
+    ) {
+        if program.cmd.is_empty() {
+            self.err(
+                source,
+                &path.key("cmd"),
+                "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
+            );
+        }
+        if *runner != RunnerSpec::Local && program.image.is_none() {
+            self.err(
+                source,
+                &path.key("image"),
+                format!("the {} runner runs a container: set image", runner.name()),
+            );
+        }
+    }
+
+    /// The env of a job's program (under `program_path`): valid names, and
+    /// values that may be a secret parameter as a whole.
+    fn job_env(
+        &mut self,
+        source: &Source,
+        input: &JobInput<'_>,
+        program_path: &FieldPath,
+        constant_uses: &mut Vec<ConstantUse>,
+    ) -> BTreeMap<String, Template> {
+        let mut env = BTreeMap::new();
+        for (name, raw) in &input.task.program.env {
+            let path = program_path.key("env").key(name);
+            if let Err(e) = check_env_name(name) {
+                self.err(source, &path, e);
+            }
+            if let Some(t) = self.job_template(source, input, &path, raw, true, constant_uses) {
+                env.insert(name.clone(), t);
+            }
+        }
+        env
+    }
+
+    /// Parses one template of a job and checks its references.
+    fn job_template(
+        &mut self,
+        source: &Source,
+        input: &JobInput<'_>,
+        path: &FieldPath,
+        raw: &str,
+        whole_secret_ok: bool,
+        constant_uses: &mut Vec<ConstantUse>,
+    ) -> Option<Template> {
+        let template = match Template::parse(raw) {
+            Ok(t) => t,
+            Err(e) => {
+                self.err(source, path, e);
+                return None;
+            }
+        };
+        self.references(
+            source,
+            input,
+            path,
+            &template,
+            whole_secret_ok,
+            constant_uses,
+        );
+        Some(template)
+    }
+
+    /// Checks the references of a runtime or protection template: parameters
+    /// must be declared, secrets may only be a whole env value, and constant
+    /// uses are remembered for the per-channel check.
+    fn references(
+        &mut self,
+        source: &Source,
+        input: &JobInput<'_>,
+        path: &FieldPath,
         template: &Template,
-        params: &[ParamDecl],
-        owner: &str,
         whole_secret_ok: bool,
         constant_uses: &mut Vec<ConstantUse>,
     ) {
+        let params = input.params;
         for reference in template.references() {
             match reference {
                 Reference::Param(name) => match params.iter().find(|p| &p.name == name) {
                     None => {
-                        let message = unknown_param_message(name, reference, owner, params);
+                        let message = unknown_param_message(name, reference, input.owner, params);
                         self.err(source, path, message);
                     }
                     Some(p)
