@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::field_path::FieldPath;
 use super::{Checker, Located, unknown_name_message};
-use crate::config::schema::{ApplicationDoc, ConstantDoc, PreconditionDoc, ReleaseChannelDoc};
+use crate::config::schema::{
+    ApplicationDoc, ConstantDoc, DenyWindowDoc, PreconditionDoc, ReleaseChannelDoc,
+};
 use crate::model::{Application, ReleaseChannel};
 use crate::template::check_identifier;
 use vergence_model::{
@@ -42,45 +44,47 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            let runtimes = self.channel_runtimes(source, &path, channel, runtime_names);
-            let constants = self.constants(source, &path, &channel.constants);
-            let preconditions = self.preconditions(source, &path, channel, &channel_names);
-            let protections = self.protection_uses(
-                source,
-                &path,
-                &format!("release channel {}", channel.name),
-                &channel.protections,
-            );
-            let windows = self.windows(source, &path, channel);
-            channels.push(ReleaseChannel {
-                name: channel.name.clone(),
-                runtimes,
-                constants,
-                preconditions,
-                downstream: Vec::new(),
-                protections,
-                windows,
-            });
+            let checked =
+                self.release_channel(source, &path, channel, runtime_names, &channel_names);
+            channels.push(checked);
         }
         self.check_cycles(source, &channels);
-        let upstream_of: Vec<(ReleaseChannelName, ReleaseChannelName)> = channels
-            .iter()
-            .flat_map(|c| {
-                Precondition::upstream_channels(&c.preconditions)
-                    .map(move |u| (u.clone(), c.name.clone()))
-            })
-            .collect();
-        for (upstream, downstream) in upstream_of {
-            if let Some(c) = channels.iter_mut().find(|c| c.name == upstream)
-                && !c.downstream.contains(&downstream)
-            {
-                c.downstream.push(downstream);
-            }
-        }
+        link_downstream(&mut channels);
         Application {
             name: doc.name.clone(),
             release_channels: channels,
             services: BTreeMap::new(),
+        }
+    }
+
+    /// One release channel (at `path`); `channel_names` are all the
+    /// application's, which its preconditions may wait for.
+    fn release_channel(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        channel: &ReleaseChannelDoc,
+        runtime_names: &BTreeSet<RuntimeName>,
+        channel_names: &[&ReleaseChannelName],
+    ) -> ReleaseChannel {
+        let runtimes = self.channel_runtimes(source, path, channel, runtime_names);
+        let constants = self.constants(source, path, &channel.constants);
+        let preconditions = self.preconditions(source, path, channel, channel_names);
+        let protections = self.protection_uses(
+            source,
+            path,
+            &format!("release channel {}", channel.name),
+            &channel.protections,
+        );
+        let windows = self.windows(source, path, channel);
+        ReleaseChannel {
+            name: channel.name.clone(),
+            runtimes,
+            constants,
+            preconditions,
+            downstream: Vec::new(),
+            protections,
+            windows,
         }
     }
 
@@ -230,42 +234,47 @@ impl<'a> Checker<'a> {
         }
         for (i, w) in channel.denied_times.iter().enumerate() {
             let wpath = path.key("deniedTimes").index(i);
-            let recurring = w.days.is_some() || w.hours.is_some() || w.timezone.is_some();
-            match (&w.start, &w.end, recurring) {
-                (Some(start), Some(end), false) => {
-                    let parse = |field: &str, raw: &str| {
-                        raw.parse::<jiff::Timestamp>().map_err(|e| {
-                            format!("{field} {raw:?} is not an RFC 3339 instant like 2026-12-20T00:00:00Z: {e}")
-                        })
-                    };
-                    match (parse("start", start), parse("end", end)) {
-                        (Ok(start), Ok(end)) if start < end => windows.denied.push(DenyWindow::Between {
-                            name: w.name.clone(),
-                            start,
-                            end,
-                        }),
-                        (Ok(_), Ok(_)) => self.err(source, &wpath.key("end"), "end must be after start"),
-                        (Err(e), _) => self.err(source, &wpath.key("start"), e),
-                        (_, Err(e)) => self.err(source, &wpath.key("end"), e),
-                    }
-                }
-                (None, None, true) => {
-                    match RecurringWindow::parse(w.days.as_deref(), w.hours.as_deref(), w.timezone.as_deref()) {
-                        Ok(window) => windows.denied.push(DenyWindow::Recurring {
-                            name: w.name.clone(),
-                            window,
-                        }),
-                        Err(e) => self.err(source, &wpath, e),
-                    }
-                }
-                _ => self.err(
-                    source,
-                    &wpath,
-                    "a freeze is either {start, end} (two instants) or {days, hours, timezone} (recurring), not both or a part of one",
-                ),
+            if let Some(window) = self.deny_window(source, &wpath, w) {
+                windows.denied.push(window);
             }
         }
         windows
+    }
+
+    /// A freeze: between two instants, or recurring like an allowed window.
+    fn deny_window(
+        &mut self,
+        source: &Source,
+        path: &FieldPath,
+        w: &DenyWindowDoc,
+    ) -> Option<DenyWindow> {
+        let recurring = w.days.is_some() || w.hours.is_some() || w.timezone.is_some();
+        let checked = match (&w.start, &w.end, recurring) {
+            (Some(start), Some(end), false) => {
+                freeze_between(w, start, end).map_err(|(field, e)| (path.key(field), e))
+            }
+            (None, None, true) => RecurringWindow::parse(
+                w.days.as_deref(),
+                w.hours.as_deref(),
+                w.timezone.as_deref(),
+            )
+            .map(|window| DenyWindow::Recurring {
+                name: w.name.clone(),
+                window,
+            })
+            .map_err(|e| (path.clone(), e)),
+            _ => Err((
+                path.clone(),
+                "a freeze is either {start, end} (two instants) or {days, hours, timezone} (recurring), not both or a part of one".to_owned(),
+            )),
+        };
+        match checked {
+            Ok(window) => Some(window),
+            Err((path, e)) => {
+                self.err(source, &path, e);
+                None
+            }
+        }
     }
 
     fn check_cycles(&mut self, source: &Source, channels: &[ReleaseChannel]) {
@@ -312,6 +321,52 @@ impl<'a> Checker<'a> {
                 );
                 return;
             }
+        }
+    }
+}
+
+/// A freeze between two RFC 3339 instants; an error names the field
+/// (`start` or `end`) it is about.
+fn freeze_between(
+    w: &DenyWindowDoc,
+    start: &str,
+    end: &str,
+) -> Result<DenyWindow, (&'static str, String)> {
+    let parse = |field: &'static str, raw: &str| {
+        raw.parse::<jiff::Timestamp>().map_err(|e| {
+            let message = format!(
+                "{field} {raw:?} is not an RFC 3339 instant like 2026-12-20T00:00:00Z: {e}"
+            );
+            (field, message)
+        })
+    };
+    let (start, end) = (parse("start", start)?, parse("end", end)?);
+    if start < end {
+        Ok(DenyWindow::Between {
+            name: w.name.clone(),
+            start,
+            end,
+        })
+    } else {
+        Err(("end", "end must be after start".to_owned()))
+    }
+}
+
+/// Records on each release channel the channels whose preconditions wait
+/// for it.
+fn link_downstream(channels: &mut [ReleaseChannel]) {
+    let upstream_of: Vec<(ReleaseChannelName, ReleaseChannelName)> = channels
+        .iter()
+        .flat_map(|c| {
+            Precondition::upstream_channels(&c.preconditions)
+                .map(move |u| (u.clone(), c.name.clone()))
+        })
+        .collect();
+    for (upstream, downstream) in upstream_of {
+        if let Some(c) = channels.iter_mut().find(|c| c.name == upstream)
+            && !c.downstream.contains(&downstream)
+        {
+            c.downstream.push(downstream);
         }
     }
 }
