@@ -48,9 +48,19 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
     }
 }
 
+/// A document of one kind, with where it was read from.
 struct Located<'a, T> {
     source: &'a Source,
     doc: &'a T,
+}
+
+/// A bundle's documents by kind, each in the order written.
+#[derive(Default)]
+struct ByKind<'a> {
+    applications: Vec<Located<'a, ApplicationDoc>>,
+    runtimes: Vec<(&'a ParsedDocument, &'a RuntimeDoc)>,
+    services: Vec<Located<'a, ServiceDoc>>,
+    protections: Vec<(&'a ParsedDocument, &'a ProtectionDoc)>,
 }
 
 struct Checker<'a> {
@@ -64,10 +74,46 @@ impl<'a> Checker<'a> {
         self.errors.push(source.error(path, message));
     }
 
+    /// Checks every document, each kind after the kinds it refers to:
+    /// applications attach protections and name runtimes, and services need
+    /// all three.
     fn build(&mut self, bundle: &ConfigBundle, documents: &'a [ParsedDocument]) -> ConfigModel {
-        let mut applications = Vec::new();
-        let mut runtime_docs = Vec::new();
-        let mut services = Vec::new();
+        let by_kind = self.by_kind(documents);
+        for (document, doc) in by_kind.protections {
+            self.protection(document, doc);
+        }
+        let all_runtime_names: BTreeSet<RuntimeName> = by_kind
+            .runtimes
+            .iter()
+            .map(|(_, doc)| doc.name.clone())
+            .collect();
+        let mut runtimes = BTreeMap::new();
+        for (document, doc) in by_kind.runtimes {
+            if let Some(runtime) = self.runtime(document, doc) {
+                runtimes.insert(runtime.name.clone(), runtime);
+            }
+        }
+        let mut apps: BTreeMap<ApplicationName, Application> = BTreeMap::new();
+        for app in &by_kind.applications {
+            let checked = self.application(app, &all_runtime_names);
+            apps.insert(checked.name.clone(), checked);
+        }
+        for service in &by_kind.services {
+            self.service(service, &mut apps, &runtimes);
+        }
+        ConfigModel {
+            hash: bundle.hash(),
+            root: bundle.root.clone(),
+            applications: apps,
+            runtimes,
+            protections: std::mem::take(&mut self.protections),
+        }
+    }
+
+    /// Sorts the documents by kind. A name defined twice for a kind is
+    /// reported and its second document left out.
+    fn by_kind(&mut self, documents: &'a [ParsedDocument]) -> ByKind<'a> {
+        let mut by_kind = ByKind::default();
         let mut seen: HashMap<(&str, String), &Source> = HashMap::new();
         for document in documents {
             let key = (document.body.kind(), document.body.name().to_owned());
@@ -84,46 +130,17 @@ impl<'a> Checker<'a> {
                 }
                 seen.insert(key, &document.source);
             }
+            let source = &document.source;
             match &document.body {
-                DocumentBody::Application(doc) => applications.push(Located {
-                    source: &document.source,
-                    doc: doc.as_ref(),
-                }),
-                DocumentBody::Runtime(doc) => runtime_docs.push((document, doc)),
-                DocumentBody::Service(doc) => services.push(Located {
-                    source: &document.source,
-                    doc: doc.as_ref(),
-                }),
-                DocumentBody::Protection(doc) => self.protection(document, doc),
+                DocumentBody::Application(doc) => {
+                    by_kind.applications.push(Located { source, doc })
+                }
+                DocumentBody::Runtime(doc) => by_kind.runtimes.push((document, doc)),
+                DocumentBody::Service(doc) => by_kind.services.push(Located { source, doc }),
+                DocumentBody::Protection(doc) => by_kind.protections.push((document, doc)),
             }
         }
-
-        let all_runtime_names: BTreeSet<RuntimeName> = runtime_docs
-            .iter()
-            .map(|(_, doc)| doc.name.clone())
-            .collect();
-        let mut runtimes = BTreeMap::new();
-        for (document, doc) in runtime_docs {
-            if let Some(runtime) = self.runtime(document, doc) {
-                runtimes.insert(runtime.name.clone(), runtime);
-            }
-        }
-
-        let mut apps: BTreeMap<ApplicationName, Application> = BTreeMap::new();
-        for app in &applications {
-            let checked = self.application(app, &all_runtime_names);
-            apps.insert(checked.name.clone(), checked);
-        }
-        for service in &services {
-            self.service(service, &mut apps, &runtimes);
-        }
-        ConfigModel {
-            hash: bundle.hash(),
-            root: bundle.root.clone(),
-            applications: apps,
-            runtimes,
-            protections: std::mem::take(&mut self.protections),
-        }
+        by_kind
     }
 }
 
