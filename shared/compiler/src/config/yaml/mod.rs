@@ -8,15 +8,18 @@
 //! scalars are typed by the field that receives them (so `version: 1.10`
 //! stays "1.10"), and every error carries a field path and a line.
 
+mod error;
+
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::fmt;
 
 use saphyr::{MarkedYamlOwned, ScalarStyle, YamlDataOwned, YamlLoader};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 
 use vergence_model::diagnostics::suggest;
 use vergence_model::{ConfigError, Positions};
+
+pub use error::DeError;
 
 /// One YAML document of a file.
 #[derive(Debug)]
@@ -136,80 +139,6 @@ pub fn from_document<'de, T: de::Deserialize<'de>>(
         collector,
     };
     T::deserialize(de).map_err(|e: DeError| e.locate("", document.line))
-}
-
-/// A hard error while reading a document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeError {
-    pub message: String,
-    pub path: Option<String>,
-    pub line: Option<usize>,
-}
-
-impl DeError {
-    /// Attaches a location if the error does not have one yet: the innermost
-    /// node that sees an error is the one it is about.
-    fn locate(mut self, path: &str, line: usize) -> Self {
-        if self.path.is_none() {
-            self.path = Some(path.to_owned());
-            self.line = Some(line);
-        }
-        self
-    }
-
-    fn at(path: &str, line: usize, message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            path: Some(path.to_owned()),
-            line: Some(line),
-        }
-    }
-}
-
-impl fmt::Display for DeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for DeError {}
-
-impl de::Error for DeError {
-    fn custom<T: fmt::Display>(msg: T) -> Self {
-        Self {
-            message: msg.to_string(),
-            path: None,
-            line: None,
-        }
-    }
-
-    fn missing_field(field: &'static str) -> Self {
-        Self::custom(format!("missing required key '{field}'"))
-    }
-
-    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
-        Self::custom(format!(
-            "expected {exp}, found {}",
-            describe_unexpected(unexp)
-        ))
-    }
-
-    fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
-        Self::custom(format!(
-            "unknown value '{variant}'; expected one of: {}",
-            expected.join(", ")
-        ))
-    }
-}
-
-fn describe_unexpected(unexp: de::Unexpected<'_>) -> String {
-    match unexp {
-        de::Unexpected::Str(s) => format!("the text {s:?}"),
-        de::Unexpected::Map => "a mapping".to_owned(),
-        de::Unexpected::Seq => "a list".to_owned(),
-        de::Unexpected::Unit => "nothing".to_owned(),
-        other => other.to_string(),
-    }
 }
 
 /// Converts `snake_case` to `camelCase`; keys written either way are accepted.
