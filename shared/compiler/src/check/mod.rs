@@ -1,6 +1,12 @@
 //! Checks parsed documents against each other and builds the
 //! [`ConfigModel`]. Every problem is collected with its file, line and field
 //! path; a config with any error produces no model at all.
+//!
+//! One [`Checker`] walks the documents; each kind has its module
+//! (`application`, `runtime`, `service` with `parameter_values`,
+//! `protection`), and what several kinds have in common has its own:
+//! job templates (`job`) and parameter declarations (`parameters`). Every
+//! error names its field with a [`FieldPath`].
 
 mod application;
 mod field_path;
@@ -15,9 +21,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::SignedDuration;
 
-use super::model::*;
+use super::model::{Application, ConfigModel, ParamDecl, Protection};
 use super::template::Reference;
-use crate::config::schema::*;
+use crate::config::schema::{ApplicationDoc, DocumentBody, ProtectionDoc, RuntimeDoc, ServiceDoc};
 use crate::config::{ParsedDocument, parse_bundle};
 use field_path::FieldPath;
 pub use parameters::check_docker_image;
@@ -27,6 +33,7 @@ use vergence_model::{
     ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RuntimeName, Source,
 };
 
+/// Timeout of fetch and getInfo jobs and of protection checks, unless set.
 const DEFAULT_FETCH_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 
 /// Environment variable prefixes Vergence sets itself.
@@ -63,6 +70,9 @@ struct ByKind<'a> {
     protections: Vec<(&'a ParsedDocument, &'a ProtectionDoc)>,
 }
 
+/// Checks documents, collecting every error, and keeps what later kinds
+/// need from earlier ones: the constants each runtime's templates use and
+/// the protections that can be attached.
 struct Checker<'a> {
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
@@ -144,6 +154,8 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// "unknown parameter" for a template reference; `owner` is who declares
+/// the parameters ("runtime NAME", "this service").
 fn unknown_param_message(
     name: &str,
     reference: &Reference,
@@ -164,6 +176,8 @@ fn unknown_param_message(
     )
 }
 
+/// "unknown" for a name that refers to another document or release channel,
+/// with the nearest known name and all of them.
 fn unknown_name_message<'n>(
     what: &str,
     name: &str,
@@ -183,6 +197,7 @@ fn unknown_name_message<'n>(
     }
 }
 
+/// Env variable names: portable shell names, not in Vergence's own prefixes.
 fn check_env_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let valid = chars
