@@ -17,6 +17,8 @@ use vergence_model::{
 };
 
 impl<'a> Checker<'a> {
+    /// Checks an `application` document: its release channels, and which
+    /// wait for which.
     pub(super) fn application(
         &mut self,
         app: &Located<'a, ApplicationDoc>,
@@ -88,6 +90,7 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The runtimes a release channel offers its services, each defined.
     fn channel_runtimes(
         &mut self,
         source: &Source,
@@ -122,6 +125,7 @@ impl<'a> Checker<'a> {
         runtimes
     }
 
+    /// A release channel's constants by name: text, or an int written as text.
     fn constants(
         &mut self,
         source: &Source,
@@ -167,6 +171,8 @@ impl<'a> Checker<'a> {
         constants
     }
 
+    /// What a release channel waits for: another channel of the application
+    /// to be stable (never itself), or a manual approval.
     fn preconditions(
         &mut self,
         source: &Source,
@@ -277,6 +283,7 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Reports the first cycle of `releaseChannelStable` preconditions.
     fn check_cycles(&mut self, source: &Source, channels: &[ReleaseChannel]) {
         // Depth-first search; a channel met again on the current path closes a cycle.
         fn visit<'c>(

@@ -61,6 +61,8 @@ impl RuntimeJobs<'_> {
 }
 
 impl<'a> Checker<'a> {
+    /// Checks a `runtime` document; `None` when it has errors, all of them
+    /// reported.
     pub(super) fn runtime(
         &mut self,
         document: &'a ParsedDocument,
@@ -183,6 +185,7 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// The getInfo job, whose output is shown in status.
     fn get_info(
         &mut self,
         source: &'a Source,
@@ -201,6 +204,7 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// How a failed apply is retried; the defaults where nothing is set.
     fn retry_policy(&mut self, source: &Source, doc: Option<&RetryPolicyDoc>) -> RetryPolicy {
         let default = RetryPolicy::default();
         let Some(doc) = doc else { return default };

@@ -26,6 +26,7 @@ pub(super) struct ServiceInput<'s> {
 }
 
 impl<'a> Checker<'a> {
+    /// Checks a `service` document and adds it to its application.
     pub(super) fn service(
         &mut self,
         service: &Located<'a, ServiceDoc>,
@@ -76,6 +77,8 @@ impl<'a> Checker<'a> {
         );
     }
 
+    /// The application a service belongs to: the one it names, or the only
+    /// one the config defines.
     fn service_application(
         &mut self,
         source: &Source,
