@@ -1,15 +1,18 @@
 //! The checked config: every reference resolved, every template parsed, every
 //! value typed. Built by [`super::check`]; turned into compiled instances by
-//! [`super::render`].
+//! [`super::render`]. Lookups by name and the typing of a release's
+//! parameters are here too, for the control operations.
 
 use std::collections::BTreeMap;
 
 use jiff::SignedDuration;
 
 use super::template::Template;
+use vergence_model::error::{Error, Result};
 use vergence_model::{
-    ApplicationName, DriftPolicy, FetchMode, Lifecycle, ParamValue, Precondition, ProtectionName,
-    ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef, ServiceName, TimeWindows,
+    ApplicationName, DriftPolicy, FetchMode, InstanceKey, Lifecycle, ParamValue, Precondition,
+    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef,
+    ServiceName, TimeWindows,
 };
 
 /// A config that passed every check.
@@ -21,6 +24,130 @@ pub struct ConfigModel {
     pub applications: BTreeMap<ApplicationName, Application>,
     pub runtimes: BTreeMap<RuntimeName, Runtime>,
     pub protections: BTreeMap<ProtectionName, Protection>,
+}
+
+impl ConfigModel {
+    /// Every instance the config defines, in a stable order.
+    pub fn instance_keys(&self) -> Vec<InstanceKey> {
+        let mut keys = Vec::new();
+        for app in self.applications.values() {
+            for service in app.services.values() {
+                for channel in &app.release_channels {
+                    keys.push(InstanceKey::new(
+                        app.name.clone(),
+                        service.name.clone(),
+                        channel.name.clone(),
+                    ));
+                }
+            }
+        }
+        keys
+    }
+
+    pub fn application(&self, name: &ApplicationName) -> Result<&Application> {
+        self.applications
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("application {name}")))
+    }
+
+    pub fn service(
+        &self,
+        app: &ApplicationName,
+        name: &ServiceName,
+    ) -> Result<(&Application, &Service)> {
+        let application = self.application(app)?;
+        let service = application
+            .services
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("service {name} in application {app}")))?;
+        Ok((application, service))
+    }
+
+    /// The application of a service named without one: the only one that has it.
+    pub fn application_of(&self, service: &ServiceName) -> Result<ApplicationName> {
+        let owners: Vec<&ApplicationName> = self
+            .applications
+            .values()
+            .filter(|a| a.services.contains_key(service))
+            .map(|a| &a.name)
+            .collect();
+        match owners.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(Error::not_found(format!("service {service}"))),
+            several => Err(Error::invalid(
+                "app",
+                format!(
+                    "service {service} exists in several applications ({}); name one",
+                    several
+                        .iter()
+                        .map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Types raw `NAME=VALUE` release parameters against the service's
+    /// declarations. Unknown names and missing required values are errors.
+    pub fn release_params(
+        &self,
+        app: &ApplicationName,
+        service: &ServiceName,
+        raw: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, ParamValue>> {
+        let (_, svc) = self.service(app, service)?;
+        let mut typed = BTreeMap::new();
+        for (name, value) in raw {
+            let Some(decl) = svc.params.iter().find(|p| &p.name == name) else {
+                let declared: Vec<&str> = svc.params.iter().map(|p| p.name.as_str()).collect();
+                return Err(Error::invalid(
+                    format!("param {name}"),
+                    format!(
+                        "service {service} declares no parameter '{name}' (it declares: {})",
+                        if declared.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            declared.join(", ")
+                        }
+                    ),
+                ));
+            };
+            let parsed = match decl.kind {
+                ParamKind::String => ParamValue::String(value.clone()),
+                ParamKind::DockerImage => {
+                    super::check::check_docker_image(value)
+                        .map_err(|e| Error::invalid(format!("param {name}"), e))?;
+                    ParamValue::DockerImage(value.clone())
+                }
+                ParamKind::Int => ParamValue::Int(value.parse().map_err(|_| {
+                    Error::invalid(
+                        format!("param {name}"),
+                        format!("{value:?} is not an integer"),
+                    )
+                })?),
+                ParamKind::Secret => {
+                    return Err(Error::invalid(
+                        format!("param {name}"),
+                        "secret parameters cannot be set by a release",
+                    ));
+                }
+            };
+            typed.insert(name.clone(), parsed);
+        }
+        for decl in &svc.params {
+            if decl.required && !typed.contains_key(&decl.name) {
+                return Err(Error::invalid(
+                    format!("param {}", decl.name),
+                    format!(
+                        "service {service} requires parameter '{}' in every release",
+                        decl.name
+                    ),
+                ));
+            }
+        }
+        Ok(typed)
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -23,128 +23,6 @@ use vergence_model::{SecretRef, Version};
 const VERSION_HASH_LEN: usize = 10;
 
 impl ConfigModel {
-    /// Every instance the config defines, in a stable order.
-    pub fn instance_keys(&self) -> Vec<InstanceKey> {
-        let mut keys = Vec::new();
-        for app in self.applications.values() {
-            for service in app.services.values() {
-                for channel in &app.release_channels {
-                    keys.push(InstanceKey::new(
-                        app.name.clone(),
-                        service.name.clone(),
-                        channel.name.clone(),
-                    ));
-                }
-            }
-        }
-        keys
-    }
-
-    pub fn application(&self, name: &ApplicationName) -> Result<&Application> {
-        self.applications
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("application {name}")))
-    }
-
-    pub fn service(
-        &self,
-        app: &ApplicationName,
-        name: &ServiceName,
-    ) -> Result<(&Application, &Service)> {
-        let application = self.application(app)?;
-        let service = application
-            .services
-            .get(name)
-            .ok_or_else(|| Error::not_found(format!("service {name} in application {app}")))?;
-        Ok((application, service))
-    }
-
-    /// The application of a service named without one: the only one that has it.
-    pub fn application_of(&self, service: &ServiceName) -> Result<ApplicationName> {
-        let owners: Vec<&ApplicationName> = self
-            .applications
-            .values()
-            .filter(|a| a.services.contains_key(service))
-            .map(|a| &a.name)
-            .collect();
-        match owners.as_slice() {
-            [one] => Ok((*one).clone()),
-            [] => Err(Error::not_found(format!("service {service}"))),
-            several => Err(Error::invalid(
-                "app",
-                format!(
-                    "service {service} exists in several applications ({}); name one",
-                    several
-                        .iter()
-                        .map(|a| a.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )),
-        }
-    }
-
-    /// Types raw `NAME=VALUE` release parameters against the service's
-    /// declarations. Unknown names and missing required values are errors.
-    pub fn release_params(
-        &self,
-        app: &ApplicationName,
-        service: &ServiceName,
-        raw: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<String, ParamValue>> {
-        let (_, svc) = self.service(app, service)?;
-        let mut typed = BTreeMap::new();
-        for (name, value) in raw {
-            let Some(decl) = svc.params.iter().find(|p| &p.name == name) else {
-                let declared: Vec<&str> = svc.params.iter().map(|p| p.name.as_str()).collect();
-                return Err(Error::invalid(
-                    format!("param {name}"),
-                    format!(
-                        "service {service} declares no parameter '{name}' (it declares: {})",
-                        if declared.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            declared.join(", ")
-                        }
-                    ),
-                ));
-            };
-            let parsed = match decl.kind {
-                ParamKind::String => ParamValue::String(value.clone()),
-                ParamKind::DockerImage => {
-                    super::check::check_docker_image(value)
-                        .map_err(|e| Error::invalid(format!("param {name}"), e))?;
-                    ParamValue::DockerImage(value.clone())
-                }
-                ParamKind::Int => ParamValue::Int(value.parse().map_err(|_| {
-                    Error::invalid(
-                        format!("param {name}"),
-                        format!("{value:?} is not an integer"),
-                    )
-                })?),
-                ParamKind::Secret => {
-                    return Err(Error::invalid(
-                        format!("param {name}"),
-                        "secret parameters cannot be set by a release",
-                    ));
-                }
-            };
-            typed.insert(name.clone(), parsed);
-        }
-        for decl in &svc.params {
-            if decl.required && !typed.contains_key(&decl.name) {
-                return Err(Error::invalid(
-                    format!("param {}", decl.name),
-                    format!(
-                        "service {service} requires parameter '{}' in every release",
-                        decl.name
-                    ),
-                ));
-            }
-        }
-        Ok(typed)
-    }
-
     /// Fingerprint of everything the service's jobs run, across all release
     /// channels, given release parameter values. Two configs that run the
     /// same commands have the same fingerprint.
@@ -266,10 +144,12 @@ impl ConfigModel {
     ) -> Result<Vec<CompiledProtection>, String> {
         let ids = InstanceIds::of(key);
         let builtins = Builtins { key, ids: &ids };
-        let attachment_scope = |r: &Reference| match r {
-            Reference::Param(_) => None,
-            Reference::Constant(name) => channel.constants.get(name).cloned(),
-            Reference::Builtin(b) => Some(builtins.value(*b)),
+        // Values given where a protection is attached use no parameters.
+        let no_params = BTreeMap::new();
+        let attachment_scope = Scope {
+            params: &no_params,
+            constants: &channel.constants,
+            builtins: &builtins,
         };
         let mut out = Vec::new();
         for usage in channel.protections.iter().chain(&svc.protections) {
@@ -284,7 +164,7 @@ impl ConfigModel {
                     let mut values = BTreeMap::new();
                     for decl in &protection.params {
                         let value = match usage.values.get(&decl.name) {
-                            Some(t) => t.render(attachment_scope)?,
+                            Some(t) => t.render(|r| attachment_scope.resolve(r))?,
                             None => decl
                                 .default
                                 .as_ref()
@@ -293,14 +173,12 @@ impl ConfigModel {
                         };
                         values.insert(decl.name.as_str(), value);
                     }
-                    let scope = |r: &Reference| match r {
-                        Reference::Param(name) => values.get(name.as_str()).cloned(),
-                        Reference::Constant(name) => channel.constants.get(name).cloned(),
-                        Reference::Builtin(b) => Some(builtins.value(*b)),
+                    let scope = Scope {
+                        params: &values,
+                        ..attachment_scope
                     };
-                    ProtectionCheck::Job {
-                        job: Box::new(render_job(job, &scope, &BTreeMap::new(), &BTreeMap::new())?),
-                    }
+                    let job = render_job(job, &scope, &BTreeMap::new(), &BTreeMap::new())?;
+                    ProtectionCheck::Job { job: Box::new(job) }
                 }
             };
             for lifecycle in &usage.lifecycles {
@@ -345,100 +223,135 @@ impl ConfigModel {
             key: &key,
             ids: &ids,
         };
-
-        // Service parameters: the release's values, else defaults.
-        let mut service_values: BTreeMap<&str, String> = BTreeMap::new();
-        for decl in &svc.params {
-            match release_params.get(&decl.name).or(decl.default.as_ref()) {
-                Some(value) => {
-                    service_values.insert(&decl.name, value.to_string());
-                }
-                None if decl.required => {
-                    return Err(format!(
-                        "waiting for a release: service parameter '{}' has no default (vergence release {} VERSION --param {}=…)",
-                        decl.name, svc.name, decl.name
-                    ));
-                }
-                None => {
-                    service_values.insert(&decl.name, String::new());
-                }
-            }
-        }
-        let service_scope = |r: &Reference| match r {
-            Reference::Param(name) => service_values.get(name.as_str()).cloned(),
-            Reference::Constant(name) => channel.constants.get(name).cloned(),
-            Reference::Builtin(b) => Some(builtins.value(*b)),
+        let service_values = service_values(svc, release_params)?;
+        let service_scope = Scope {
+            params: &service_values,
+            constants: &channel.constants,
+            builtins: &builtins,
         };
-
-        // Runtime parameters: the service's values for this channel, else defaults.
-        let mut runtime_values: BTreeMap<&str, String> = BTreeMap::new();
-        let mut secrets = BTreeMap::new();
-        for decl in &runtime.params {
-            match service_channel.values.get(&decl.name) {
-                Some(ValueTemplate::Text(t)) => {
-                    let rendered = t.render(service_scope)?;
-                    if decl.kind == ParamKind::Int && rendered.parse::<i64>().is_err() {
-                        return Err(format!(
-                            "parameter '{}' rendered to {rendered:?}, which is not an integer",
-                            decl.name
-                        ));
-                    }
-                    runtime_values.insert(&decl.name, rendered);
-                }
-                Some(ValueTemplate::Secret(secret)) => {
-                    secrets.insert(decl.name.as_str(), secret.clone());
-                }
-                None => {
-                    // A service parameter of the same name passes straight
-                    // through, so a release can set a runtime parameter
-                    // without a template in between.
-                    let passed = svc
-                        .params
-                        .iter()
-                        .find(|p| p.name == decl.name)
-                        .and_then(|p| release_params.get(&p.name).or(p.default.as_ref()));
-                    let value = passed
-                        .or(decl.default.as_ref())
-                        .map(ToString::to_string)
-                        .unwrap_or_default();
-                    if decl.kind == ParamKind::Int
-                        && passed.is_some()
-                        && value.parse::<i64>().is_err()
-                    {
-                        return Err(format!(
-                            "parameter '{}' is {value:?}, which is not an integer",
-                            decl.name
-                        ));
-                    }
-                    runtime_values.insert(&decl.name, value);
-                }
-            }
-        }
-        let runtime_scope = |r: &Reference| match r {
-            Reference::Param(name) => runtime_values.get(name.as_str()).cloned(),
-            Reference::Constant(name) => channel.constants.get(name).cloned(),
-            Reference::Builtin(b) => Some(builtins.value(*b)),
+        let runtime_values = runtime_values(
+            runtime,
+            svc,
+            service_channel,
+            release_params,
+            &service_scope,
+        )?;
+        let runtime_scope = Scope {
+            params: &runtime_values.text,
+            ..service_scope
         };
         let mut extra_env = BTreeMap::new();
         for (name, t) in &service_channel.env {
-            extra_env.insert(name.clone(), t.render(service_scope)?);
+            extra_env.insert(name.clone(), t.render(|r| service_scope.resolve(r))?);
         }
-        let render_job = |job: &JobTemplate| render_job(job, &runtime_scope, &secrets, &extra_env);
+        let secrets = &runtime_values.secrets;
+        let render = |job: &JobTemplate| render_job(job, &runtime_scope, secrets, &extra_env);
         Ok(InstanceJobs {
             runtime: runtime.name.clone(),
-            apply: render_job(&runtime.apply)?,
-            fetch: runtime
-                .fetch
-                .as_ref()
-                .map(|f| render_job(&f.job))
-                .transpose()?,
+            apply: render(&runtime.apply)?,
+            fetch: runtime.fetch.as_ref().map(|f| render(&f.job)).transpose()?,
             get_info: runtime
                 .get_info
                 .as_ref()
-                .map(|g| render_job(&g.job))
+                .map(|g| render(&g.job))
                 .transpose()?,
         })
     }
+}
+
+/// The service's parameter values in a release: the release's values, else
+/// defaults. A required one without a value waits for a release.
+fn service_values<'s>(
+    svc: &'s Service,
+    release_params: &BTreeMap<String, ParamValue>,
+) -> Result<BTreeMap<&'s str, String>, String> {
+    let mut values = BTreeMap::new();
+    for decl in &svc.params {
+        match release_params.get(&decl.name).or(decl.default.as_ref()) {
+            Some(value) => {
+                values.insert(decl.name.as_str(), value.to_string());
+            }
+            None if decl.required => {
+                return Err(format!(
+                    "waiting for a release: service parameter '{}' has no default (vergence release {} VERSION --param {}=…)",
+                    decl.name, svc.name, decl.name
+                ));
+            }
+            None => {
+                values.insert(decl.name.as_str(), String::new());
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// The runtime's parameter values in one instance.
+#[derive(Default)]
+struct RuntimeValues<'r> {
+    text: BTreeMap<&'r str, String>,
+    /// Secret parameters, passed to jobs by reference, never rendered.
+    secrets: BTreeMap<&'r str, SecretRef>,
+}
+
+/// The runtime's parameter values: the service's values for this release
+/// channel (rendered in `service_scope`), else defaults.
+fn runtime_values<'r>(
+    runtime: &'r Runtime,
+    svc: &Service,
+    service_channel: &ServiceChannel,
+    release_params: &BTreeMap<String, ParamValue>,
+    service_scope: &Scope<'_>,
+) -> Result<RuntimeValues<'r>, String> {
+    let mut values = RuntimeValues::default();
+    for decl in &runtime.params {
+        match service_channel.values.get(&decl.name) {
+            Some(ValueTemplate::Text(t)) => {
+                let rendered = t.render(|r| service_scope.resolve(r))?;
+                if decl.kind == ParamKind::Int && rendered.parse::<i64>().is_err() {
+                    return Err(format!(
+                        "parameter '{}' rendered to {rendered:?}, which is not an integer",
+                        decl.name
+                    ));
+                }
+                values.text.insert(&decl.name, rendered);
+            }
+            Some(ValueTemplate::Secret(secret)) => {
+                values.secrets.insert(decl.name.as_str(), secret.clone());
+            }
+            None => {
+                let value = passed_through(decl, svc, release_params)?;
+                values.text.insert(&decl.name, value);
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// The value of a runtime parameter the service gives no value: a service
+/// parameter of the same name passes straight through, so a release can
+/// set a runtime parameter without a template in between; else the
+/// runtime's default.
+fn passed_through(
+    decl: &ParamDecl,
+    svc: &Service,
+    release_params: &BTreeMap<String, ParamValue>,
+) -> Result<String, String> {
+    let passed = svc
+        .params
+        .iter()
+        .find(|p| p.name == decl.name)
+        .and_then(|p| release_params.get(&p.name).or(p.default.as_ref()));
+    let value = passed
+        .or(decl.default.as_ref())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    if decl.kind == ParamKind::Int && passed.is_some() && value.parse::<i64>().is_err() {
+        return Err(format!(
+            "parameter '{}' is {value:?}, which is not an integer",
+            decl.name
+        ));
+    }
+    Ok(value)
 }
 
 #[derive(serde::Serialize)]
@@ -454,7 +367,7 @@ struct InstanceJobs {
 /// service's own `env` on top of the template's.
 fn render_job(
     job: &JobTemplate,
-    scope: &dyn Fn(&Reference) -> Option<String>,
+    scope: &Scope<'_>,
     secrets: &BTreeMap<&str, SecretRef>,
     extra_env: &BTreeMap<String, String>,
 ) -> Result<JobSpec, String> {
@@ -466,7 +379,7 @@ fn render_job(
                 secret_env.insert(name.clone(), secrets[p.as_str()].clone());
             }
             _ => {
-                env.insert(name.clone(), t.render(scope)?);
+                env.insert(name.clone(), t.render(|r| scope.resolve(r))?);
             }
         }
     }
@@ -474,11 +387,15 @@ fn render_job(
     env.extend(extra_env.clone());
     Ok(JobSpec {
         runner: job.runner.clone(),
-        image: job.image.as_ref().map(|t| t.render(scope)).transpose()?,
+        image: job
+            .image
+            .as_ref()
+            .map(|t| t.render(|r| scope.resolve(r)))
+            .transpose()?,
         cmd: job
             .cmd
             .iter()
-            .map(|t| t.render(scope))
+            .map(|t| t.render(|r| scope.resolve(r)))
             .collect::<Result<_, _>>()?,
         env,
         secret_env,
@@ -502,6 +419,26 @@ impl Builtins<'_> {
             Builtin::ReleaseChannelId => self.ids.release_channel_id.clone(),
             Builtin::ServiceName => self.key.service.to_string(),
             Builtin::ServiceId => self.ids.service_id.clone(),
+        }
+    }
+}
+
+/// What the templates of one instance resolve against: parameter values
+/// (the service's or the runtime's), the release channel's constants and
+/// the built-ins.
+#[derive(Clone, Copy)]
+struct Scope<'s> {
+    params: &'s BTreeMap<&'s str, String>,
+    constants: &'s BTreeMap<String, String>,
+    builtins: &'s Builtins<'s>,
+}
+
+impl Scope<'_> {
+    fn resolve(&self, reference: &Reference) -> Option<String> {
+        match reference {
+            Reference::Param(name) => self.params.get(name.as_str()).cloned(),
+            Reference::Constant(name) => self.constants.get(name).cloned(),
+            Reference::Builtin(b) => Some(self.builtins.value(*b)),
         }
     }
 }
