@@ -91,13 +91,6 @@ impl Template {
         Ok(Template { pieces })
     }
 
-    /// A template with no references.
-    pub fn literal(text: impl Into<String>) -> Template {
-        Template {
-            pieces: vec![Piece::Text(text.into())],
-        }
-    }
-
     pub fn references(&self) -> impl Iterator<Item = &Reference> {
         self.pieces.iter().filter_map(|p| match p {
             Piece::Ref(r) => Some(r),

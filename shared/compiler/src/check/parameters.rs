@@ -9,15 +9,24 @@ use crate::model::{ParamDecl, ParamKind};
 use crate::template::check_identifier;
 use vergence_model::{ParamValue, Source};
 
+/// Whether a document may declare `secret` parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SecretParams {
+    /// Runtimes hand secrets to their jobs' environment.
+    Allowed,
+    /// Services and protections cannot.
+    Refused,
+}
+
 impl Checker<'_> {
     /// The parameters declared under `base`; secrets only where
-    /// `allow_secret` (runtimes: only they pass secrets to jobs).
+    /// `secrets` says whether secret parameters may be declared (runtimes: only they pass secrets to jobs).
     pub(super) fn params(
         &mut self,
         source: &Source,
         base: &FieldPath,
         docs: &[ParameterDoc],
-        allow_secret: bool,
+        secrets: SecretParams,
     ) -> Vec<ParamDecl> {
         let mut params: Vec<ParamDecl> = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
@@ -34,7 +43,7 @@ impl Checker<'_> {
                 );
                 continue;
             }
-            if let Some(param) = self.param(source, &path, doc, allow_secret) {
+            if let Some(param) = self.param(source, &path, doc, secrets) {
                 params.push(param);
             }
         }
@@ -48,7 +57,7 @@ impl Checker<'_> {
         source: &Source,
         path: &FieldPath,
         doc: &ParameterDoc,
-        allow_secret: bool,
+        secrets: SecretParams,
     ) -> Option<ParamDecl> {
         let mut given = declared_types(doc).into_iter().flatten();
         let Some((kind, default)) = given.next() else {
@@ -69,7 +78,7 @@ impl Checker<'_> {
                 format!("parameter '{}' has more than one type; keep one", doc.name),
             );
         }
-        if kind == ParamKind::Secret && !allow_secret {
+        if kind == ParamKind::Secret && secrets == SecretParams::Refused {
             self.err(
                 source,
                 &path.key("secret"),

@@ -9,6 +9,7 @@ use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
 use super::job::{ConstantUse, JobInput};
+use super::parameters::SecretParams;
 use super::{Checker, DEFAULT_FETCH_TIMEOUT, unknown_name_message, unknown_param_message};
 use crate::config::ParsedDocument;
 use crate::config::schema::{
@@ -26,7 +27,7 @@ impl<'a> Checker<'a> {
     pub(super) fn protection(&mut self, document: &'a ParsedDocument, doc: &ProtectionDoc) {
         let source = &document.source;
         let root = FieldPath::root("protection");
-        let params = self.params(source, &root, &doc.parameters, false);
+        let params = self.params(source, &root, &doc.parameters, SecretParams::Refused);
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
                 let input = JobInput {

@@ -7,6 +7,7 @@ use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
 use super::job::{ConstantUse, JobInput};
+use super::parameters::SecretParams;
 use super::{Checker, DEFAULT_FETCH_TIMEOUT};
 use crate::config::ParsedDocument;
 use crate::config::schema::{
@@ -71,7 +72,7 @@ impl<'a> Checker<'a> {
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
-        let params = self.params(source, &root, &doc.parameters, true);
+        let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let Some(apply_doc) = &doc.apply else {
             if !first_class {
                 self.err(

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::field_path::FieldPath;
+use super::parameters::SecretParams;
 use super::{Checker, Located, check_env_name, unknown_name_message, unknown_param_message};
 use crate::config::schema::{DriftPolicyDoc, PerReleaseChannelDoc, ServiceDoc};
 use crate::model::{Application, ParamDecl, ReleaseChannel, Runtime, Service, ServiceChannel};
@@ -38,7 +39,7 @@ impl<'a> Checker<'a> {
             return;
         };
         let root = FieldPath::root("service");
-        let params = self.params(source, &root, &doc.parameters, false);
+        let params = self.params(source, &root, &doc.parameters, SecretParams::Refused);
         let attached_to = format!("service {}", doc.name);
         let protections = self.protection_uses(source, &root, &attached_to, &doc.protections);
         let svc = ServiceInput {
