@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
-use vergence_embedded::{DriveMode, Driver, LocalQueue, Progress, SqliteStore};
+use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ConfigBundle;
 use vergence_model::ports::{
-    Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
+    ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
 use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status};
 use vergence_runner_local::LocalRunner;
@@ -40,12 +40,17 @@ struct Local {
     store: Arc<dyn StateStore>,
     queue: Arc<LocalQueue>,
     clock: Arc<dyn Clock>,
+    /// Files handed between jobs, in `artifacts/` beside the state file.
+    artifacts: Arc<dyn ArtifactStore>,
     control: Control,
 }
 
 impl Local {
     fn open(path: &Path) -> Result<Self> {
         let store: Arc<dyn StateStore> = Arc::new(SqliteStore::open(path)?);
+        let artifacts: Arc<dyn ArtifactStore> = Arc::new(DirArtifactStore::new(
+            path.parent().unwrap_or(Path::new(".")).join("artifacts"),
+        ));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let queue = Arc::new(LocalQueue::new(clock.clone()));
         let control = Control::new(
@@ -58,6 +63,7 @@ impl Local {
             store,
             queue,
             clock,
+            artifacts,
             control,
         })
     }
@@ -227,11 +233,37 @@ pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
         Output::Table => {
             output::status_table(&mut out, &records)?;
             if args.filter.service.is_some() {
-                output::instance_details(&mut out, &records)?;
+                let plans = plan_texts(local.artifacts.as_ref(), &records).await;
+                output::instance_details(&mut out, &records, &plans)?;
             }
         }
     }
     Ok(0)
+}
+
+/// The text of each pending plan file that is text and small enough to
+/// read on a terminal, by artifact key; binary or large plans are shown by
+/// size and digest only.
+async fn plan_texts(
+    artifacts: &dyn ArtifactStore,
+    records: &[vergence_model::InstanceRecord],
+) -> BTreeMap<String, String> {
+    const MAX_SHOWN: u64 = 64 * 1024;
+    let mut texts = BTreeMap::new();
+    let files = records
+        .iter()
+        .filter_map(|r| r.state.plan.as_ref())
+        .flat_map(|p| &p.artifacts)
+        .filter(|a| a.size <= MAX_SHOWN);
+    for artifact in files {
+        if let Ok(Some(bytes)) = artifacts.get(&artifact.key).await
+            && let Ok(text) = String::from_utf8(bytes)
+            && !text.contains('\0')
+        {
+            texts.insert(artifact.key.clone(), text);
+        }
+    }
+    texts
 }
 
 pub(crate) fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
@@ -469,7 +501,7 @@ fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
     ));
     let runners = RunnerRouter::new(deployment).with(
         RunnerKind::Local,
-        Arc::new(LocalRunner::new(sink, max_jobs)),
+        Arc::new(LocalRunner::new(sink, local.artifacts.clone(), max_jobs)),
     );
     let engine = Engine::new(
         local.store.clone(),

@@ -1,5 +1,6 @@
 //! How the CLI shows things: aligned tables for people, JSON for scripts.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use vergence_api::wire::{InstanceView, StatusResponse};
@@ -161,8 +162,13 @@ pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Resul
 }
 
 /// Details for one service: the pending plan and getInfo outputs of each
-/// instance, under the status table.
-pub fn instance_details(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
+/// instance, under the status table. `plan_texts` holds the plan files that
+/// are text, by artifact key; others are shown by size and digest.
+pub fn instance_details(
+    out: &mut impl Write,
+    records: &[InstanceRecord],
+    plan_texts: &BTreeMap<String, String>,
+) -> std::io::Result<()> {
     for record in records {
         let state = &record.state;
         let plan = state
@@ -184,8 +190,13 @@ pub fn instance_details(out: &mut impl Write, records: &[InstanceRecord]) -> std
                 plan.version,
                 vergence_engine::moment(plan.at)
             )?;
-            for line in plan.text().lines() {
-                writeln!(out, "    {line}")?;
+            for (artifact, file) in plan.artifacts.iter().zip(plan.files()) {
+                writeln!(out, "    {file}")?;
+                if let Some(text) = plan_texts.get(&artifact.key) {
+                    for line in text.lines() {
+                        writeln!(out, "      {line}")?;
+                    }
+                }
             }
         }
     }

@@ -18,10 +18,10 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use vergence_aws::DynamoStore;
-use vergence_aws::testing::{dynamodb_client, sdk_config, unique_name};
+use vergence_aws::testing::{dynamodb_client, fresh_bucket, sdk_config, unique_name};
 use vergence_engine::control::Control;
 use vergence_lambda::worker::Worker;
-use vergence_lambda::{Deployment, DeploymentConfig, scheduler};
+use vergence_lambda::{AwsClients, Deployment, DeploymentConfig, scheduler};
 use vergence_model::ports::{Clock, InstanceFilter, ManualClock, SystemClock};
 use vergence_model::{InstanceRecord, Status};
 
@@ -121,12 +121,17 @@ impl Harness {
             Some(manual) => manual.clone(),
             None => Arc::new(SystemClock),
         };
+        let (s3, artifact_bucket) = fresh_bucket(sqs_url).await;
         let deployment = Deployment::with_clock(
-            dynamodb,
-            sqs.clone(),
+            AwsClients {
+                dynamodb,
+                sqs: sqs.clone(),
+                s3,
+            },
             DeploymentConfig {
                 table,
                 queue_url: queue_url.clone(),
+                artifact_bucket,
                 job_timeout_margin: Duration::from_secs(5),
             },
             clock,

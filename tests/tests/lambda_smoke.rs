@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vergence_aws::DynamoStore;
-use vergence_aws::testing::{dynamodb_client, endpoint, sdk_config, unique_name};
+use vergence_aws::testing::{dynamodb_client, endpoint, fresh_bucket, sdk_config, unique_name};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -86,7 +86,7 @@ fn worker_and_api_binaries_answer_their_events_under_cargo_lambda_watch() {
         return;
     }
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (table, queue_url) = runtime.block_on(async {
+    let (table, queue_url, bucket) = runtime.block_on(async {
         let client = dynamodb_client(&dynamodb).await;
         let table = unique_name("vergence-smoke");
         DynamoStore::create_table(&client, &table).await.unwrap();
@@ -97,15 +97,19 @@ fn worker_and_api_binaries_answer_their_events_under_cargo_lambda_watch() {
             .send()
             .await
             .unwrap();
-        (table, queue.queue_url().unwrap().to_owned())
+        let (_, bucket) = fresh_bucket(&sqs).await;
+        (table, queue.queue_url().unwrap().to_owned(), bucket)
     });
 
     let port = free_port();
     let env = [
         format!("VERGENCE_TABLE={table}"),
         format!("VERGENCE_QUEUE_URL={queue_url}"),
+        format!("VERGENCE_ARTIFACT_BUCKET={bucket}"),
+        "VERGENCE_S3_PATH_STYLE=true".to_owned(),
         format!("AWS_ENDPOINT_URL_DYNAMODB={dynamodb}"),
         format!("AWS_ENDPOINT_URL_SQS={sqs}"),
+        format!("AWS_ENDPOINT_URL_S3={sqs}"),
         "AWS_ACCESS_KEY_ID=testing".to_owned(),
         "AWS_SECRET_ACCESS_KEY=testing".to_owned(),
         "AWS_REGION=us-east-1".to_owned(),

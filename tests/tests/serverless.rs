@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use vergence_aws::testing::endpoint;
 use vergence_e2e::{Harness, quickstart_copy};
 use vergence_lambda::worker::{Worker, WorkerConfig};
-use vergence_model::ports::{JobResultSink, ManualClock, Runner};
-use vergence_model::{EventFilter, EventKind, JobKind, JobRecord, JobResult, Status};
+use vergence_model::ports::{ArtifactStore, JobResultSink, ManualClock, Runner};
+use vergence_model::{EventFilter, EventKind, JobHandle, JobKind, JobRecord, JobResult, Status};
 use vergence_runner_local::LocalRunner;
 
 fn endpoints() -> Option<(String, String)> {
@@ -265,18 +265,21 @@ async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version
 /// after running it but before recording its result.
 struct DiesAtFirstApply {
     inner: LocalRunner,
+    artifacts: Arc<dyn ArtifactStore>,
     died: AtomicBool,
     ran_before_dying: bool,
 }
 
 #[async_trait]
 impl Runner for DiesAtFirstApply {
-    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
         if job.kind == JobKind::Apply && !self.died.swap(true, Ordering::SeqCst) {
             if self.ran_before_dying {
-                return LocalRunner::inline(Arc::new(Forget)).dispatch(job).await;
+                return LocalRunner::inline(Arc::new(Forget), self.artifacts.clone())
+                    .dispatch(job)
+                    .await;
             }
-            return Ok(());
+            return Ok(None);
         }
         self.inner.dispatch(job).await
     }
@@ -343,7 +346,8 @@ async fn worker_dies_at_first_apply(ran_before_dying: bool) {
 
     let healthy = Worker::new(h.deployment.clone(), WorkerConfig::default());
     let runner = Arc::new(DiesAtFirstApply {
-        inner: LocalRunner::inline(healthy.completion()),
+        inner: LocalRunner::inline(healthy.completion(), h.deployment.artifacts.clone()),
+        artifacts: h.deployment.artifacts.clone(),
         died: AtomicBool::new(false),
         ran_before_dying,
     });

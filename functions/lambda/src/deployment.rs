@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
-use vergence_aws::{DynamoStore, SqsQueue};
+use vergence_aws::{DynamoStore, S3ArtifactStore, SqsQueue};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::Control;
 use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
@@ -19,6 +19,9 @@ pub struct DeploymentConfig {
     pub table: String,
     /// `VERGENCE_QUEUE_URL`: the SQS work queue.
     pub queue_url: String,
+    /// `VERGENCE_ARTIFACT_BUCKET`: the S3 bucket where files handed between
+    /// jobs (plans) are kept.
+    pub artifact_bucket: String,
     /// `VERGENCE_JOB_TIMEOUT_MARGIN_SECONDS`: how long before the function's
     /// own deadline a local job is killed, so its result is still recorded.
     pub job_timeout_margin: Duration,
@@ -43,8 +46,35 @@ impl DeploymentConfig {
                 "the DynamoDB table holding Vergence's state",
             )?,
             queue_url: var("VERGENCE_QUEUE_URL", "the SQS queue of convergence steps")?,
+            artifact_bucket: var(
+                "VERGENCE_ARTIFACT_BUCKET",
+                "the S3 bucket of files handed between jobs",
+            )?,
             job_timeout_margin: Duration::from_secs(margin),
         })
+    }
+}
+
+/// The AWS clients a deployment is built from, made once per container.
+#[derive(Clone, Debug)]
+pub struct AwsClients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub s3: aws_sdk_s3::Client,
+}
+
+impl AwsClients {
+    /// Clients of one SDK config. `path_style` addresses S3 buckets in the
+    /// path instead of the host name, as S3-compatible stand-ins need.
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, path_style: bool) -> Self {
+        let s3 = aws_sdk_s3::config::Builder::from(sdk)
+            .force_path_style(path_style)
+            .build();
+        Self {
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
+            s3: aws_sdk_s3::Client::from_conf(s3),
+        }
     }
 }
 
@@ -54,41 +84,42 @@ impl DeploymentConfig {
 pub struct Deployment {
     pub store: Arc<DynamoStore>,
     pub queue: Arc<SqsQueue>,
+    pub artifacts: Arc<S3ArtifactStore>,
     pub clock: Arc<dyn Clock>,
     pub config: DeploymentConfig,
 }
 
 impl Deployment {
     /// Clients from the standard AWS environment (region, credentials, and
-    /// `AWS_ENDPOINT_URL` when pointed at stand-ins).
+    /// `AWS_ENDPOINT_URL` when pointed at stand-ins, with
+    /// `VERGENCE_S3_PATH_STYLE=true` for an S3-compatible one).
     pub async fn from_env() -> Result<Self, LambdaError> {
         let config = DeploymentConfig::from_env()?;
         let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
-        Ok(Self::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            aws_sdk_sqs::Client::new(&sdk),
-            config,
-        ))
+        let path_style = std::env::var("VERGENCE_S3_PATH_STYLE").is_ok_and(|v| v == "true");
+        Ok(Self::new(AwsClients::from_sdk(&sdk, path_style), config))
     }
 
-    pub fn new(
-        dynamodb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
-        config: DeploymentConfig,
-    ) -> Self {
-        Self::with_clock(dynamodb, sqs, config, Arc::new(SystemClock))
+    pub fn new(clients: AwsClients, config: DeploymentConfig) -> Self {
+        Self::with_clock(clients, config, Arc::new(SystemClock))
     }
 
     /// With another clock (tests move time with a manual one).
     pub fn with_clock(
-        dynamodb: aws_sdk_dynamodb::Client,
-        sqs: aws_sdk_sqs::Client,
+        clients: AwsClients,
         config: DeploymentConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
-            store: Arc::new(DynamoStore::new(dynamodb, config.table.clone())),
-            queue: Arc::new(SqsQueue::new(sqs, config.queue_url.clone()).with_clock(clock.clone())),
+            store: Arc::new(DynamoStore::new(clients.dynamodb, config.table.clone())),
+            queue: Arc::new(
+                SqsQueue::new(clients.sqs, config.queue_url.clone()).with_clock(clock.clone()),
+            ),
+            artifacts: Arc::new(S3ArtifactStore::new(
+                clients.s3,
+                config.artifact_bucket.clone(),
+                "",
+            )),
             clock,
             config,
         }

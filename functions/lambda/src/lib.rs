@@ -9,7 +9,7 @@ mod error;
 pub mod scheduler;
 pub mod worker;
 
-pub use deployment::{Deployment, DeploymentConfig};
+pub use deployment::{AwsClients, Deployment, DeploymentConfig};
 pub use error::LambdaError;
 
 /// Sets up JSON logs for CloudWatch, filtered by `RUST_LOG` (default info).

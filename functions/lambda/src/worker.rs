@@ -19,7 +19,7 @@ use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::Runner;
-use vergence_model::{InstanceKey, JobRecord, RunnerKind};
+use vergence_model::{InstanceKey, JobHandle, JobRecord, RunnerKind};
 use vergence_runner_local::LocalRunner;
 
 use crate::Deployment;
@@ -82,7 +82,7 @@ impl Worker {
         let runner: Arc<dyn Runner> = match &self.runner {
             Some(runner) => runner.clone(),
             None => Arc::new(BoundedRunner {
-                inner: LocalRunner::inline(self.completion()),
+                inner: LocalRunner::inline(self.completion(), self.deployment.artifacts.clone()),
                 deadline,
                 margin: self.deployment.config.job_timeout_margin,
             }),
@@ -211,7 +211,7 @@ struct BoundedRunner {
 
 #[async_trait]
 impl Runner for BoundedRunner {
-    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
         let Some(deadline) = self.deadline else {
             return self.inner.dispatch(job).await;
         };

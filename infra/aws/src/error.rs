@@ -33,6 +33,15 @@ pub enum AwsError {
         #[source]
         source: BoxError,
     },
+    /// An S3 call of the artifact store failed.
+    #[error("{operation}: S3: {detail}")]
+    S3 {
+        operation: &'static str,
+        retryable: bool,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
     /// SendMessageBatch answered, but refused some of the messages.
     #[error("{operation}: SQS refused {failed} of {total} messages; first: {first}")]
     SqsRefused {
@@ -146,6 +155,18 @@ impl AwsError {
         }
     }
 
+    pub(crate) fn s3<E>(operation: &'static str, error: SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        AwsError::S3 {
+            operation,
+            retryable: is_retryable(&error),
+            detail: DisplayErrorContext(&error).to_string(),
+            source: Box::new(error),
+        }
+    }
+
     pub(crate) fn sqs<E>(operation: &'static str, error: SdkError<E, HttpResponse>) -> Self
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -183,6 +204,7 @@ impl AwsError {
     pub fn is_retryable(&self) -> bool {
         match self {
             AwsError::Dynamo { retryable, .. }
+            | AwsError::S3 { retryable, .. }
             | AwsError::Sqs { retryable, .. }
             | AwsError::SqsRefused { retryable, .. } => *retryable,
             AwsError::Conflict { .. } | AwsError::Unprocessed { .. } => true,
@@ -197,6 +219,7 @@ impl AwsError {
     fn operation(&self) -> &'static str {
         match self {
             AwsError::Dynamo { operation, .. }
+            | AwsError::S3 { operation, .. }
             | AwsError::Sqs { operation, .. }
             | AwsError::SqsRefused { operation, .. }
             | AwsError::Unprocessed { operation, .. }

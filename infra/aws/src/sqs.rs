@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+#[cfg(feature = "testing")]
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -73,3 +73,20 @@ pub async fn fresh_queue(url: &str) -> SqsQueue {
     let queue_url = created.queue_url().expect("a queue url").to_owned();
     SqsQueue::new(client, queue_url)
 }
+
+/// An S3 client for a stand-in (path-style addressing) and a new, empty
+/// bucket in it.
+pub async fn fresh_bucket(url: &str) -> (aws_sdk_s3::Client, String) {
+    let config = aws_sdk_s3::config::Builder::from(&sdk_config(url).await)
+        .force_path_style(true)
+        .build();
+    let client = aws_sdk_s3::Client::from_conf(config);
+    let bucket = unique_name("vergence-test");
+    client
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("create the test bucket");
+    (client, bucket)
+}

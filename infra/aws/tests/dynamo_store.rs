@@ -228,7 +228,14 @@ async fn large_job_inputs_and_results_round_trip_and_a_duplicate_report_leaves_n
     let Some(f) = fixture().await else { return };
     let k = key("web");
     let mut planned = job("job-big", &k);
-    planned.inputs = vec![Artifact::new("plan", &random_bytes(400_000))];
+    // Records hold artifact references, not content; a huge environment
+    // still makes the job record spill into parts.
+    planned.spec.env.insert("LARGE".into(), noise(400_000));
+    planned.inputs = vec![Artifact::of(
+        "plan",
+        "jobs/fetch-1/outputs/plan",
+        &random_bytes(400_000),
+    )];
     let mut commit = put(record(&k, None), None);
     commit.new_jobs.push(planned.clone());
     f.store.commit(commit).await.expect("commit");
@@ -245,7 +252,11 @@ async fn large_job_inputs_and_results_round_trip_and_a_duplicate_report_leaves_n
         stdout: noise(900_000),
         stderr_tail: String::new(),
         duration_ms: 5,
-        outputs: vec![Artifact::new("state", &random_bytes(300_000))],
+        outputs: vec![Artifact::of(
+            "state",
+            Artifact::output_key(&id, "state"),
+            &random_bytes(300_000),
+        )],
         finished_at: t(3),
     };
     assert!(f.store.finish_job(&id, &result).await.expect("finish"));
@@ -285,7 +296,7 @@ async fn a_commit_that_loses_its_race_leaves_no_job_parts_behind() {
         .expect("update");
     let mut stale = put(record(&k, None), Some(r1));
     let mut big = job("job-stale", &k);
-    big.inputs = vec![Artifact::new("plan", &random_bytes(500_000))];
+    big.spec.env.insert("LARGE".into(), noise(500_000));
     stale.new_jobs.push(big);
     assert!(matches!(
         f.store.commit(stale).await,

@@ -39,6 +39,8 @@ pub enum EmbeddedError {
     Conflict { what: String },
     #[error("{what} is corrupt: {message}")]
     Corrupt { what: String, message: String },
+    #[error("artifact {key}: {message}")]
+    Artifact { key: String, message: String },
 }
 
 impl EmbeddedError {
@@ -65,6 +67,7 @@ impl EmbeddedError {
             | EmbeddedError::Decode { operation, .. } => operation,
             EmbeddedError::CreateDir { .. } | EmbeddedError::Open { .. } => "open",
             EmbeddedError::Conflict { .. } | EmbeddedError::Corrupt { .. } => "read",
+            EmbeddedError::Artifact { .. } => "artifact",
         }
     }
 }

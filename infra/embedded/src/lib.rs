@@ -1,12 +1,15 @@
 //! Embedded adapters: the one-file SQLite [`SqliteStore`], the in-process
-//! [`LocalQueue`], and the [`Driver`] that runs the engine over them on one
+//! [`LocalQueue`], the [`DirArtifactStore`] for files handed between jobs,
+//! and the [`Driver`] that runs the engine over them on one
 //! machine (what `vergence up` and `vergence serve` use).
 
+mod artifacts;
 mod driver;
 mod error;
 mod queue;
 mod sqlite;
 
+pub use artifacts::DirArtifactStore;
 pub use driver::{DriveMode, Driver, Progress};
 pub use error::EmbeddedError;
 pub use queue::LocalQueue;

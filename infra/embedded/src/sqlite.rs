@@ -22,7 +22,7 @@ use vergence_model::ports::{
 };
 use vergence_model::{
     AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
-    InstanceRecord, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
+    InstanceRecord, JobHandle, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
 };
 
 use crate::error::EmbeddedError;
@@ -452,13 +452,14 @@ fn state_name(state: &JobState) -> &'static str {
 }
 
 impl SqliteStore {
-    /// Rewrites a job's state if `allowed` says the current one may change.
+    /// Rewrites a job's state to `next(current)` if `allowed` says the
+    /// current one may change.
     fn transition_job(
         &self,
         operation: &'static str,
         id: &JobId,
         allowed: impl Fn(&JobState) -> bool,
-        next: JobState,
+        next: impl Fn(&JobState) -> JobState,
     ) -> Result<bool> {
         self.write(operation, |tx| {
             let body: Option<String> = tx
@@ -472,7 +473,7 @@ impl SqliteStore {
             if !allowed(&job.state) {
                 return Ok(false);
             }
-            job.state = next;
+            job.state = next(&job.state);
             tx.execute(
                 "UPDATE jobs SET state = ?2, body = ?3 WHERE id = ?1",
                 params![
@@ -507,7 +508,23 @@ impl JobStore for SqliteStore {
             "claim_job",
             id,
             |s| *s == JobState::Created,
-            JobState::Dispatched { at },
+            |_| JobState::Dispatched { at, handle: None },
+        )
+    }
+
+    #[tracing::instrument(name = "sqlite.record_handle", level = "debug", skip_all, fields(job = %id, handle = %handle))]
+    async fn record_handle(&self, id: &JobId, handle: &JobHandle) -> Result<bool> {
+        self.transition_job(
+            "record_handle",
+            id,
+            |s| matches!(s, JobState::Dispatched { .. }),
+            |state| match state {
+                JobState::Dispatched { at, .. } => JobState::Dispatched {
+                    at: *at,
+                    handle: Some(handle.clone()),
+                },
+                other => other.clone(),
+            },
         )
     }
 
@@ -517,7 +534,7 @@ impl JobStore for SqliteStore {
             "finish_job",
             id,
             |s| !matches!(s, JobState::Finished { .. }),
-            JobState::Finished {
+            |_| JobState::Finished {
                 result: result.clone(),
             },
         )

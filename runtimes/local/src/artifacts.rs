@@ -1,14 +1,16 @@
-//! Files handed between jobs: input artifacts written into a job's
-//! `VERGENCE_INPUT_DIR` before it starts, and the outputs it declares read
-//! back from its `VERGENCE_OUTPUT_DIR` after it ends.
+//! Files handed between jobs: input artifacts fetched from the artifact
+//! store into a job's `VERGENCE_INPUT_DIR` before it starts, and the outputs
+//! it declares read back from its `VERGENCE_OUTPUT_DIR` and kept in the
+//! store after it ends.
 
 use std::path::Path;
 
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
-use vergence_model::Artifact;
+use vergence_model::ports::ArtifactStore;
+use vergence_model::{Artifact, JobId};
 
-/// Largest output kept; artifacts travel through state stores and queues.
+/// Largest output kept: a plan, not a build artifact.
 pub(crate) const MAX_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;
 
 /// A fresh, private directory, removed when the returned value is dropped.
@@ -21,14 +23,33 @@ pub(crate) fn temp_dir(prefix: &str) -> Result<TempDir, String> {
 
 /// Writes each input into a new directory as a file named after it; `None`
 /// when there are no inputs.
-pub(crate) async fn write_inputs(inputs: &[Artifact]) -> Result<Option<TempDir>, String> {
+pub(crate) async fn write_inputs(
+    inputs: &[Artifact],
+    store: &dyn ArtifactStore,
+) -> Result<Option<TempDir>, String> {
     if inputs.is_empty() {
         return Ok(None);
     }
     let dir = temp_dir("vergence-input-")?;
     for input in inputs {
         check_file_name(&input.name).map_err(|why| format!("input artifact {why}"))?;
-        let content = input.content()?;
+        let content = store
+            .get(&input.key)
+            .await
+            .map_err(|e| format!("cannot read input artifact {}: {e}", input.name))?
+            .ok_or_else(|| {
+                format!(
+                    "input artifact {} is no longer in the artifact store (expired or deleted); the fetch that made it must run again",
+                    input.name
+                )
+            })?;
+        // An approval was given for this exact content.
+        if vergence_model::hashing::sha256_hex(&content) != input.sha256 {
+            return Err(format!(
+                "input artifact {} changed in the artifact store since it was made; refusing to run with it",
+                input.name
+            ));
+        }
         let path = dir.path().join(&input.name);
         tokio::fs::write(&path, content)
             .await
@@ -37,11 +58,14 @@ pub(crate) async fn write_inputs(inputs: &[Artifact]) -> Result<Option<TempDir>,
     Ok(Some(dir))
 }
 
-/// Reads the declared outputs present in `dir`. Outputs the job did not
-/// write are simply absent; problems with the others are added to `notes`.
+/// Reads the declared outputs present in `dir` and keeps them in the
+/// store. Outputs the job did not write are simply absent; problems with
+/// the others are added to `notes`.
 pub(crate) async fn collect_outputs(
     dir: &Path,
+    job: &JobId,
     names: &[String],
+    store: &dyn ArtifactStore,
     notes: &mut Vec<String>,
 ) -> Vec<Artifact> {
     let mut artifacts = Vec::new();
@@ -51,7 +75,13 @@ pub(crate) async fn collect_outputs(
             continue;
         }
         match read_capped(&dir.join(name)).await {
-            Ok(Some(bytes)) => artifacts.push(Artifact::new(name.as_str(), &bytes)),
+            Ok(Some(bytes)) => {
+                let key = Artifact::output_key(job, name);
+                match store.put(&key, &bytes).await {
+                    Ok(()) => artifacts.push(Artifact::of(name.as_str(), key, &bytes)),
+                    Err(e) => notes.push(format!("output {name} could not be kept: {e}")),
+                }
+            }
             Ok(None) => {
                 notes.push(format!("output {name} larger than 4 MiB was dropped"));
             }

@@ -13,15 +13,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
-use vergence_model::ports::{JobResultSink, Runner};
+use vergence_model::ports::{ArtifactStore, JobResultSink, Runner};
 use vergence_model::{Error, Result};
-use vergence_model::{JobRecord, JobResult, RunnerSpec};
+use vergence_model::{JobHandle, JobRecord, JobResult, RunnerSpec};
 
 pub use process::run_job;
 
 /// A [`Runner`] for jobs whose spec says [`RunnerSpec::Local`].
 pub struct LocalRunner {
     sink: Arc<dyn JobResultSink>,
+    artifacts: Arc<dyn ArtifactStore>,
     mode: Mode,
 }
 
@@ -37,10 +38,15 @@ impl LocalRunner {
     /// Jobs run in background tokio tasks and their results go to `sink`.
     /// At most `max_concurrent` (at least 1) processes run at once; jobs
     /// beyond that wait their turn.
-    pub fn new(sink: Arc<dyn JobResultSink>, max_concurrent: usize) -> Self {
+    pub fn new(
+        sink: Arc<dyn JobResultSink>,
+        artifacts: Arc<dyn ArtifactStore>,
+        max_concurrent: usize,
+    ) -> Self {
         let permits = max_concurrent.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             sink,
+            artifacts,
             mode: Mode::Background(Arc::new(Semaphore::new(permits))),
         }
     }
@@ -48,9 +54,10 @@ impl LocalRunner {
     /// Jobs run inside `dispatch`, which returns once the result was handed
     /// to `sink`. For a Lambda worker, which must not return before its work
     /// is done.
-    pub fn inline(sink: Arc<dyn JobResultSink>) -> Self {
+    pub fn inline(sink: Arc<dyn JobResultSink>, artifacts: Arc<dyn ArtifactStore>) -> Self {
         Self {
             sink,
+            artifacts,
             mode: Mode::Inline,
         }
     }
@@ -73,7 +80,7 @@ impl fmt::Debug for LocalRunner {
 
 #[async_trait]
 impl Runner for LocalRunner {
-    async fn dispatch(&self, job: &JobRecord) -> Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
         if job.spec.runner != RunnerSpec::Local {
             return Err(Error::Runner {
                 runner: "local".into(),
@@ -85,24 +92,25 @@ impl Runner for LocalRunner {
         }
         match &self.mode {
             Mode::Inline => {
-                let result = run_job(job).await;
+                let result = run_job(job, self.artifacts.as_ref()).await;
                 deliver(self.sink.as_ref(), job, result).await;
             }
             Mode::Background(semaphore) => {
                 let semaphore = Arc::clone(semaphore);
                 let sink = Arc::clone(&self.sink);
+                let artifacts = Arc::clone(&self.artifacts);
                 let job = job.clone();
                 tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
                 tokio::spawn(async move {
                     // The semaphore is never closed, so acquiring cannot fail;
                     // were it to, running without a permit beats losing the job.
                     let _permit = semaphore.acquire_owned().await.ok();
-                    let result = run_job(&job).await;
+                    let result = run_job(&job, artifacts.as_ref()).await;
                     deliver(sink.as_ref(), &job, result).await;
                 });
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 

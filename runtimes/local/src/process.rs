@@ -14,6 +14,7 @@ use nix::sys::signal::Signal;
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 use tracing::debug;
+use vergence_model::ports::ArtifactStore;
 use vergence_model::{JobOutcome, JobRecord, JobResult, SecretRef};
 
 use crate::artifacts::{collect_outputs, temp_dir, write_inputs};
@@ -29,10 +30,10 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// never fails: every problem, including not being able to start, is
 /// reported in the result.
 #[tracing::instrument(name = "local.run_job", skip_all, fields(job = %job.id, kind = %job.kind, instance = %job.instance))]
-pub async fn run_job(job: &JobRecord) -> JobResult {
+pub async fn run_job(job: &JobRecord, artifacts: &dyn ArtifactStore) -> JobResult {
     debug!(job = %job.id, kind = %job.kind, "starting local job");
-    let result = match Prepared::new(job).await {
-        Ok(prepared) => prepared.run(job).await,
+    let result = match Prepared::new(job, artifacts).await {
+        Ok(prepared) => prepared.run(job, artifacts).await,
         Err(message) => JobResult::not_started(message, Timestamp::now()),
     };
     debug!(
@@ -62,7 +63,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    async fn new(job: &JobRecord) -> Result<Self, String> {
+    async fn new(job: &JobRecord, artifacts: &dyn ArtifactStore) -> Result<Self, String> {
         let (program_name, args) = job
             .spec
             .cmd
@@ -72,7 +73,7 @@ impl Prepared {
         let dir = working_dir(job).await?;
         let secrets = resolve_secrets(&job.spec.secret_env)?;
         let output_dir = temp_dir("vergence-output-")?;
-        let input_dir = write_inputs(&job.inputs).await?;
+        let input_dir = write_inputs(&job.inputs, artifacts).await?;
         let env = environment(job, secrets, &output_dir, input_dir.as_ref());
         Ok(Self {
             program_name: program_name.clone(),
@@ -104,7 +105,7 @@ impl Prepared {
     }
 
     /// Runs the process; the temporary directories go when `self` does.
-    async fn run(self, job: &JobRecord) -> JobResult {
+    async fn run(self, job: &JobRecord, artifacts: &dyn ArtifactStore) -> JobResult {
         let started = Instant::now();
         let mut child = match self.command().spawn() {
             Ok(child) => child,
@@ -122,7 +123,14 @@ impl Prepared {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut notes = Vec::new();
         let (outcome, exit_code) = ended.outcome(&mut notes);
-        let outputs = collect_outputs(self.output_dir.path(), &job.spec.outputs, &mut notes).await;
+        let outputs = collect_outputs(
+            self.output_dir.path(),
+            &job.id,
+            &job.spec.outputs,
+            artifacts,
+            &mut notes,
+        )
+        .await;
         JobResult {
             outcome,
             exit_code,

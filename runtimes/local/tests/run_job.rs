@@ -9,9 +9,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{is_running, job, read, running_in_group, script};
+use common::{artifacts, content, is_running, job, read, running_in_group, script, stored};
 use jiff::SignedDuration;
-use vergence_model::{Artifact, JobOutcome, JobResult, SecretRef};
+use vergence_model::{JobOutcome, JobResult, SecretRef};
 use vergence_runner_local::run_job;
 
 fn not_started_message(result: &JobResult) -> &str {
@@ -48,7 +48,7 @@ echo "$VERGENCE_OUTPUT_DIR" > output_dir"#,
         .env
         .insert("VERGENCE_SERVICE".into(), "fake".into());
 
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
 
     assert!(result.exited_with(0), "{result:?}");
     let seen = read(dir.join("seen"));
@@ -82,7 +82,11 @@ async fn reports_exit_codes_and_stdout() {
     for code in [0, 2, 7] {
         let name = format!("exit{code}.sh");
         script(root.path(), &name, &format!("echo out-{code}\nexit {code}"));
-        let result = run_job(&job(root.path(), &[&format!("./{name}")])).await;
+        let result = run_job(
+            &job(root.path(), &[&format!("./{name}")]),
+            artifacts().as_ref(),
+        )
+        .await;
         assert_eq!(result.outcome, JobOutcome::Exited, "{result:?}");
         assert_eq!(result.exit_code, Some(code));
         assert_eq!(result.stdout, format!("out-{code}\n"));
@@ -98,7 +102,7 @@ async fn keeps_the_end_of_a_long_stderr() {
         "noisy.sh",
         "head -c 100000 /dev/zero | tr '\\0' x >&2\necho >&2\necho 'LAST LINE' >&2\necho done",
     );
-    let result = run_job(&job(root.path(), &["./noisy.sh"])).await;
+    let result = run_job(&job(root.path(), &["./noisy.sh"]), artifacts().as_ref()).await;
     assert!(result.exited_with(0), "{result:?}");
     assert_eq!(result.stdout, "done\n");
     assert!(result.stderr_tail.len() <= JobResult::STDERR_TAIL);
@@ -115,7 +119,7 @@ async fn truncates_a_huge_stdout_without_blocking_the_process() {
         "chatty.sh",
         "head -c 3000000 /dev/zero | tr '\\0' a\necho finished >&2",
     );
-    let result = run_job(&job(root.path(), &["./chatty.sh"])).await;
+    let result = run_job(&job(root.path(), &["./chatty.sh"]), artifacts().as_ref()).await;
     assert!(result.exited_with(0), "{result:?}");
     assert_eq!(result.stdout.len(), JobResult::MAX_STDOUT);
     assert!(result.stdout.bytes().all(|b| b == b'a'));
@@ -129,7 +133,7 @@ async fn truncation_never_splits_a_character() {
     // fall inside a character.
     std::fs::write(root.path().join("euros"), "€".repeat(400_000)).unwrap();
     script(root.path(), "euros.sh", "cat euros\ncat euros >&2");
-    let result = run_job(&job(root.path(), &["./euros.sh"])).await;
+    let result = run_job(&job(root.path(), &["./euros.sh"]), artifacts().as_ref()).await;
     assert!(result.exited_with(0), "{result:?}");
     assert!(result.stdout.len() > JobResult::MAX_STDOUT - 3);
     assert!(result.stdout.chars().all(|c| c == '€'));
@@ -152,7 +156,7 @@ async fn resolves_a_relative_program_against_the_working_directory() {
 
     let mut job = job(root.path(), &["./tools/apply.sh"]);
     job.spec.working_dir = "infra".into();
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
 
     assert!(result.exited_with(0), "{result:?}");
     assert_eq!(result.stdout, "applied\n");
@@ -166,9 +170,9 @@ async fn without_a_workspace_root_runs_in_the_current_directory() {
     );
     job.workspace_root = None;
     job.spec.outputs = vec!["pwd".into()];
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
     assert!(result.exited_with(0), "{result:?}");
-    let pwd = String::from_utf8(result.outputs[0].content().unwrap()).unwrap();
+    let pwd = String::from_utf8(content(&result.outputs[0]).await).unwrap();
     assert_eq!(
         Path::new(pwd.trim()).canonicalize().unwrap(),
         std::env::current_dir().unwrap().canonicalize().unwrap()
@@ -192,7 +196,7 @@ async fn passes_secrets_from_the_runner_environment() {
         .secret_env
         .insert("DEPLOY_TOKEN".into(), SecretRef::FromEnv("PATH".into()));
 
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
 
     assert!(result.exited_with(0), "{result:?}");
     assert_eq!(read(root.path().join("token")), expected);
@@ -208,7 +212,7 @@ async fn a_missing_secret_stops_the_job_before_it_starts() {
         SecretRef::FromEnv("VERGENCE_TEST_NEVER_SET_4711".into()),
     );
 
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
 
     let message = not_started_message(&result);
     assert!(
@@ -234,7 +238,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     job.spec.timeout = SignedDuration::from_secs(1);
 
     let started = Instant::now();
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
     let elapsed = started.elapsed();
 
     assert_eq!(result.outcome, JobOutcome::TimedOut, "{result:?}");
@@ -263,7 +267,7 @@ async fn a_group_ignoring_sigterm_is_killed_after_the_grace_period() {
     job.spec.timeout = SignedDuration::from_secs(1);
 
     let started = Instant::now();
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
     let elapsed = started.elapsed();
 
     assert_eq!(result.outcome, JobOutcome::TimedOut, "{result:?}");
@@ -285,7 +289,7 @@ async fn a_background_child_holding_the_output_does_not_hold_up_the_result() {
     );
 
     let started = Instant::now();
-    let result = run_job(&job(root.path(), &["./daemon.sh"])).await;
+    let result = run_job(&job(root.path(), &["./daemon.sh"]), artifacts().as_ref()).await;
     let elapsed = started.elapsed();
 
     // A job that ends on its own keeps what it started in the background.
@@ -306,7 +310,7 @@ async fn a_background_child_holding_the_output_does_not_hold_up_the_result() {
 async fn a_process_killed_by_a_signal_says_so() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "suicide.sh", "echo bye >&2\nkill -9 $$");
-    let result = run_job(&job(root.path(), &["./suicide.sh"])).await;
+    let result = run_job(&job(root.path(), &["./suicide.sh"]), artifacts().as_ref()).await;
     assert_eq!(result.outcome, JobOutcome::Exited, "{result:?}");
     assert_eq!(result.exit_code, None);
     assert_eq!(result.stderr_tail, "bye\nkilled by signal 9 (SIGKILL)\n");
@@ -317,7 +321,7 @@ async fn programs_that_cannot_start_are_reported_as_not_started() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().display().to_string();
 
-    let missing = run_job(&job(root.path(), &["./deploy.sh"])).await;
+    let missing = run_job(&job(root.path(), &["./deploy.sh"]), artifacts().as_ref()).await;
     let message = not_started_message(&missing);
     assert!(
         message.starts_with("cannot run ./deploy.sh in "),
@@ -326,26 +330,32 @@ async fn programs_that_cannot_start_are_reported_as_not_started() {
     assert!(message.contains(&dir), "{message}");
     assert!(message.contains("No such file or directory"), "{message}");
 
-    let not_on_path = run_job(&job(root.path(), &["vergence-no-such-program"])).await;
+    let not_on_path = run_job(
+        &job(root.path(), &["vergence-no-such-program"]),
+        artifacts().as_ref(),
+    )
+    .await;
     assert!(not_started_message(&not_on_path).contains("vergence-no-such-program"));
 
     std::fs::write(root.path().join("plain.sh"), "echo hi\n").unwrap();
-    let not_executable = run_job(&job(root.path(), &["./plain.sh"])).await;
+    let not_executable = run_job(&job(root.path(), &["./plain.sh"]), artifacts().as_ref()).await;
     let message = not_started_message(&not_executable);
     assert!(message.contains("./plain.sh"), "{message}");
     assert!(message.contains("Permission denied"), "{message}");
 
-    let empty = run_job(&job(root.path(), &[])).await;
+    let empty = run_job(&job(root.path(), &[]), artifacts().as_ref()).await;
     assert!(not_started_message(&empty).contains("no command"));
 
     let mut no_dir = job(root.path(), &["./deploy.sh"]);
     no_dir.spec.working_dir = "missing".into();
-    let message = run_job(&no_dir).await;
+    let message = run_job(&no_dir, artifacts().as_ref()).await;
     assert!(not_started_message(&message).contains("missing"));
 
     let mut no_time = job(root.path(), &["true"]);
     no_time.spec.timeout = SignedDuration::ZERO;
-    assert!(not_started_message(&run_job(&no_time).await).contains("timeout"));
+    assert!(
+        not_started_message(&run_job(&no_time, artifacts().as_ref()).await).contains("timeout")
+    );
 }
 
 #[tokio::test]
@@ -360,21 +370,21 @@ cat "$VERGENCE_INPUT_DIR/notes.txt" > "$VERGENCE_OUTPUT_DIR/notes"
 head -c 5000000 /dev/zero > "$VERGENCE_OUTPUT_DIR/huge"
 echo undeclared > "$VERGENCE_OUTPUT_DIR/other""#,
     );
-    let plan = Artifact::new("plan.bin", &[0, 1, 2, 255]);
+    let plan = stored("plan.bin", &[0, 1, 2, 255]).await;
     let mut job = job(root.path(), &["./plan.sh"]);
-    job.inputs = vec![plan.clone(), Artifact::new("notes.txt", b"hello")];
+    job.inputs = vec![plan.clone(), stored("notes.txt", b"hello").await];
     job.spec.outputs = ["plan-copy.bin", "notes", "huge", "never-written"]
         .map(String::from)
         .to_vec();
 
-    let result = run_job(&job).await;
+    let result = run_job(&job, artifacts().as_ref()).await;
 
     assert!(result.exited_with(0), "{result:?}");
     let names: Vec<&str> = result.outputs.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(names, ["plan-copy.bin", "notes"]);
     assert_eq!(result.outputs[0].sha256, plan.sha256);
-    assert_eq!(result.outputs[0].content().unwrap(), [0, 1, 2, 255]);
-    assert_eq!(result.outputs[1].content().unwrap(), b"hello");
+    assert_eq!(content(&result.outputs[0]).await, [0, 1, 2, 255]);
+    assert_eq!(content(&result.outputs[1]).await, b"hello");
     assert_eq!(
         result.stderr_tail,
         "output huge larger than 4 MiB was dropped\n"
@@ -387,7 +397,7 @@ echo undeclared > "$VERGENCE_OUTPUT_DIR/other""#,
 async fn an_input_with_a_path_for_a_name_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let mut job = job(root.path(), &["true"]);
-    job.inputs = vec![Artifact::new("../escape", b"x")];
-    let result = run_job(&job).await;
+    job.inputs = vec![stored("../escape", b"x").await];
+    let result = run_job(&job, artifacts().as_ref()).await;
     assert!(not_started_message(&result).contains("../escape"));
 }

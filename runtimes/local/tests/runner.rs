@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CollectingSink, job, read, script};
+use common::{CollectingSink, artifacts, job, read, script};
 use vergence_model::Error;
 use vergence_model::ports::Runner;
 use vergence_model::{JobId, JobRecord, RunnerSpec};
@@ -43,7 +43,7 @@ async fn run_two(max_concurrent: usize) -> ((u128, u128), (u128, u128)) {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "timed.sh", TIMED);
     let sink = Arc::new(CollectingSink::default());
-    let runner = LocalRunner::new(sink.clone(), max_concurrent);
+    let runner = LocalRunner::new(sink.clone(), artifacts(), max_concurrent);
 
     runner.dispatch(&timed_job(root.path(), "a")).await.unwrap();
     runner.dispatch(&timed_job(root.path(), "b")).await.unwrap();
@@ -60,7 +60,7 @@ async fn background_jobs_report_to_the_sink() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "slow.sh", "sleep 0.5\necho finished");
     let sink = Arc::new(CollectingSink::default());
-    let runner = LocalRunner::new(sink.clone(), 4);
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 4);
 
     runner
         .dispatch(&job(root.path(), &["./slow.sh"]))
@@ -97,7 +97,7 @@ async fn inline_dispatch_returns_after_the_result_was_delivered() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "quick.sh", "echo inline");
     let sink = Arc::new(CollectingSink::default());
-    let runner = LocalRunner::inline(sink.clone());
+    let runner = LocalRunner::inline(sink.clone(), artifacts());
 
     runner
         .dispatch(&job(root.path(), &["./quick.sh"]))
@@ -116,7 +116,7 @@ async fn a_failing_sink_does_not_fail_the_dispatch() {
         fail: true,
         ..CollectingSink::default()
     });
-    let runner = LocalRunner::inline(sink.clone());
+    let runner = LocalRunner::inline(sink.clone(), artifacts());
     runner.dispatch(&job(root.path(), &["true"])).await.unwrap();
     assert_eq!(sink.count(), 1);
 }
@@ -126,7 +126,7 @@ async fn jobs_for_other_runners_are_refused_without_running() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "deploy.sh", "touch ran");
     let sink = Arc::new(CollectingSink::default());
-    let runner = LocalRunner::new(sink.clone(), 1);
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 1);
     let mut job = job(root.path(), &["./deploy.sh"]);
     job.spec.runner = RunnerSpec::Kubernetes {
         agent: "prod-cluster".into(),

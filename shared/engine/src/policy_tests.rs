@@ -373,7 +373,15 @@ fn an_approval_binds_to_the_plan_and_a_new_plan_needs_a_new_one() {
     s.fetch.as_mut().unwrap().job.outputs = vec!["plan".into()];
     let mut sim = Sim::new(s);
     sim.step();
-    sim.finish_with(2, "", vec![Artifact::new("plan", b"+ create bucket")]);
+    sim.finish_with(
+        2,
+        "",
+        vec![Artifact::of(
+            "plan",
+            "jobs/j/outputs/plan",
+            b"+ create bucket",
+        )],
+    );
     assert_eq!(sim.status(), Status::WaitingApproval);
     let plan = sim.record.state.plan.clone().unwrap();
     assert!(
@@ -395,7 +403,11 @@ fn an_approval_binds_to_the_plan_and_a_new_plan_needs_a_new_one() {
     let d = sim.finish_with(
         2,
         "",
-        vec![Artifact::new("plan", b"+ create bucket\n- delete db")],
+        vec![Artifact::of(
+            "plan",
+            "jobs/j/outputs/plan",
+            b"+ create bucket\n- delete db",
+        )],
     );
     assert!(d.jobs.is_empty(), "the approval was for another plan");
     assert_eq!(sim.status(), Status::WaitingApproval);
@@ -403,12 +415,24 @@ fn an_approval_binds_to_the_plan_and_a_new_plan_needs_a_new_one() {
     // The same plan again: the approval counts and the apply gets the plan.
     sim.now = sim.record.next_check_at.unwrap();
     sim.step();
-    let d = sim.finish_with(2, "", vec![Artifact::new("plan", b"+ create bucket")]);
+    let d = sim.finish_with(
+        2,
+        "",
+        vec![Artifact::of(
+            "plan",
+            "jobs/j/outputs/plan",
+            b"+ create bucket",
+        )],
+    );
     let apply = &d.jobs[0];
     assert_eq!(apply.kind, JobKind::Apply);
     assert_eq!(
         apply.inputs,
-        vec![Artifact::new("plan", b"+ create bucket")]
+        vec![Artifact::of(
+            "plan",
+            "jobs/j/outputs/plan",
+            b"+ create bucket"
+        )]
     );
 }
 

@@ -11,8 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use vergence_model::ports::{Availability, Runner};
-use vergence_model::{Error, JobRecord, JobResult, Result, RunnerKind, RunnerSpec};
+use vergence_model::ports::{Availability, JobProgress, Runner};
+use vergence_model::{Error, JobHandle, JobRecord, Result, RunnerKind, RunnerSpec};
 
 /// The runners of one deployment, by kind.
 #[derive(Clone, Default)]
@@ -84,12 +84,16 @@ impl RunnerRouter {
 
 #[async_trait]
 impl Runner for RunnerRouter {
-    async fn dispatch(&self, job: &JobRecord) -> Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
         self.runner(&job.spec.runner)?.dispatch(job).await
     }
 
-    async fn poll(&self, job: &JobRecord) -> Result<Option<JobResult>> {
+    async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
         self.runner(&job.spec.runner)?.poll(job).await
+    }
+
+    async fn stop(&self, job: &JobRecord, reason: &str) -> Result<()> {
+        self.runner(&job.spec.runner)?.stop(job, reason).await
     }
 
     async fn availability(&self, spec: &RunnerSpec) -> Availability {
@@ -108,7 +112,7 @@ mod tests {
 
     #[async_trait]
     impl Runner for Refusing {
-        async fn dispatch(&self, _: &JobRecord) -> Result<()> {
+        async fn dispatch(&self, _: &JobRecord) -> Result<Option<JobHandle>> {
             Err(Error::Runner {
                 runner: "local".into(),
                 message: "reached".into(),

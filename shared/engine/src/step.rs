@@ -14,12 +14,12 @@ use tracing::{debug, instrument, warn};
 use super::{Decision, Facts, RunnerRouter, Settled, UpstreamView, decide, settled};
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
-    Availability, Clock, InstanceChange, InstanceCommit, JobResultSink, Runner, StateStore,
-    WorkItem, WorkQueue,
+    Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink, Runner,
+    StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::{
-    CompiledInstance, Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, JobState,
-    Precondition, ProtectionCheck, RunnerSpec, Status,
+    CompiledInstance, Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult,
+    JobState, Precondition, ProtectionCheck, RunnerSpec, Status,
 };
 
 /// Conflicting writers are rare (a config push racing a step); a few
@@ -154,8 +154,10 @@ impl Engine {
         Ok(facts)
     }
 
-    /// The in-flight job if it has a result, asking runners that can only
-    /// be polled.
+    /// The in-flight job if it has a result. When no report came, its runner
+    /// is asked (a lost report only delays a result); a job still running
+    /// past its deadline is stopped on its platform and recorded as timed
+    /// out. Results are recorded once, whoever reports first.
     async fn finished_job(&self, id: &JobId, now: Timestamp) -> Result<Option<JobRecord>> {
         let Some(job) = self.store.get_job(id).await? else {
             return Ok(None);
@@ -166,17 +168,23 @@ impl Engine {
         if !matches!(job.state, JobState::Dispatched { .. }) {
             return Ok(None);
         }
-        match self.runners.poll(&job).await {
-            Ok(Some(result)) => {
-                self.store.finish_job(id, &result).await?;
-                self.store.get_job(id).await
+        let result = match self.runners.poll(&job).await {
+            Ok(JobProgress::Finished(result)) => result,
+            Ok(JobProgress::Running) if now >= job.deadline => {
+                if let Err(e) = self.runners.stop(&job, "it ran past its deadline").await {
+                    warn!(job = %id, error = %e, "stopping a job past its deadline failed");
+                }
+                JobResult::without_output(JobOutcome::TimedOut, now)
             }
-            Ok(None) => Ok(None),
+            Ok(JobProgress::Running | JobProgress::Unknown) => return Ok(None),
             Err(e) => {
-                warn!(job = %id, error = %e, at = %now, "polling the runner failed; will ask again");
-                Ok(None)
+                warn!(job = %id, error = %e, at = %now, "asking the runner failed; will ask again");
+                return Ok(None);
             }
-        }
+        };
+        self.store.finish_job(id, &result).await?;
+        // Whoever recorded first wins; read what was kept.
+        self.store.get_job(id).await
     }
 
     /// A job recorded by a step whose worker died before dispatching it is
@@ -200,19 +208,28 @@ impl Engine {
             debug!(job = %job.id, "already dispatched elsewhere");
             return Ok(());
         }
-        if let Err(e) = self.runners.dispatch(job).await {
-            // The job never started; its result says so and the engine
-            // treats it like any failed attempt.
-            warn!(job = %job.id, error = %e, "dispatch failed");
-            let result = JobResult::not_started(e.to_string(), now);
-            if self.store.finish_job(&job.id, &result).await? {
-                self.queue
-                    .enqueue(&[WorkItem {
-                        instance: job.instance.clone(),
-                        not_before: now,
-                    }])
-                    .await?;
+        match self.runners.dispatch(job).await {
+            Ok(Some(handle)) => {
+                self.store.record_handle(&job.id, &handle).await?;
+                Ok(())
             }
+            Ok(None) => Ok(()),
+            Err(e) => self.not_started(job, &e, now).await,
+        }
+    }
+
+    /// The job never started; its result says so and the engine treats it
+    /// like any failed attempt.
+    async fn not_started(&self, job: &JobRecord, e: &Error, now: Timestamp) -> Result<()> {
+        warn!(job = %job.id, error = %e, "dispatch failed");
+        let result = JobResult::not_started(e.to_string(), now);
+        if self.store.finish_job(&job.id, &result).await? {
+            self.queue
+                .enqueue(&[WorkItem {
+                    instance: job.instance.clone(),
+                    not_before: now,
+                }])
+                .await?;
         }
         Ok(())
     }

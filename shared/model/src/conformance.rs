@@ -432,7 +432,20 @@ pub async fn a_job_is_claimed_once_and_finished_once(store: Arc<dyn StateStore>)
     );
     assert_eq!(
         store.get_job(&id).await.expect("get").expect("job").state,
-        JobState::Dispatched { at: t(1) }
+        JobState::Dispatched {
+            at: t(1),
+            handle: None
+        }
+    );
+    let handle = JobHandle("arn:aws:ecs:us-east-1:1:task/c/abc".into());
+    assert!(store.record_handle(&id, &handle).await.expect("handle"));
+    assert_eq!(
+        store.get_job(&id).await.expect("get").expect("job").state,
+        JobState::Dispatched {
+            at: t(1),
+            handle: Some(handle.clone())
+        },
+        "the handle is kept with the dispatch time"
     );
     let result = JobResult {
         outcome: JobOutcome::Exited,
@@ -440,7 +453,11 @@ pub async fn a_job_is_claimed_once_and_finished_once(store: Arc<dyn StateStore>)
         stdout: "ok".into(),
         stderr_tail: String::new(),
         duration_ms: 5,
-        outputs: vec![Artifact::new("plan", b"\x00binary\xff")],
+        outputs: vec![Artifact::of(
+            "plan",
+            Artifact::output_key(&id, "plan"),
+            b"\x00binary\xff",
+        )],
         finished_at: t(3),
     };
     assert!(store.finish_job(&id, &result).await.expect("finish"));
@@ -453,6 +470,16 @@ pub async fn a_job_is_claimed_once_and_finished_once(store: Arc<dyn StateStore>)
     let stored = store.get_job(&id).await.expect("get").expect("job");
     assert_eq!(stored.result(), Some(&result));
     assert!(!store.claim_job(&id, t(4)).await.expect("claim finished"));
+    assert!(
+        !store.record_handle(&id, &handle).await.expect("handle"),
+        "a finished job takes no handle"
+    );
+    assert!(
+        !store
+            .record_handle(&JobId("nope".into()), &handle)
+            .await
+            .expect("unknown job")
+    );
     assert!(
         !store
             .finish_job(&JobId("nope".into()), &result)

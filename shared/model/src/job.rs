@@ -164,28 +164,58 @@ pub struct JobSpec {
 }
 
 /// A file produced by one job and handed to another (a Terraform plan, say).
+/// Its content lives in the [`ArtifactStore`](crate::ports::ArtifactStore)
+/// (a directory locally, S3 in AWS); records only point at it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifact {
     pub name: String,
     /// Hex SHA-256 of the content, so a plan can be bound to an approval.
     pub sha256: String,
-    /// The content, hex encoded so binary plans survive JSON stores.
-    pub content_hex: String,
+    pub size: u64,
+    /// Where the content is in the artifact store.
+    pub key: String,
 }
 
 impl Artifact {
-    pub fn new(name: impl Into<String>, content: &[u8]) -> Self {
+    /// Describes `content` stored under `key`.
+    pub fn of(name: impl Into<String>, key: impl Into<String>, content: &[u8]) -> Self {
         Self {
             name: name.into(),
             sha256: crate::hashing::sha256_hex(content),
-            content_hex: hex::encode(content),
+            size: content.len() as u64,
+            key: key.into(),
         }
     }
 
-    pub fn content(&self) -> Result<Vec<u8>, String> {
-        hex::decode(&self.content_hex)
-            .map_err(|e| format!("artifact {} is corrupt: {e}", self.name))
+    /// Where a job's output `name` is kept: per job, so a container can be
+    /// handed a URL to upload it to before anyone knows its digest.
+    pub fn output_key(job: &JobId, name: &str) -> String {
+        format!("jobs/{job}/outputs/{name}")
+    }
+}
+
+/// Where a dispatched job runs, as its runner names it (an ECS task ARN, a
+/// Cloud Run execution name): what polling and stopping it need.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobHandle(pub String);
+
+impl JobHandle {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
     }
 }
 
@@ -201,6 +231,11 @@ pub enum JobOutcome {
     Lost,
     /// The runner could not start it (missing program, no runner configured).
     NotStarted { message: String },
+    /// The platform ended it without the program's exit code: the image
+    /// could not be pulled, the task was stopped by the platform, a quota.
+    PlatformFailed { message: String },
+    /// Vergence stopped it: a newer version or a rollback superseded it.
+    Stopped { reason: String },
 }
 
 impl fmt::Display for JobOutcome {
@@ -210,6 +245,10 @@ impl fmt::Display for JobOutcome {
             JobOutcome::TimedOut => f.write_str("timed out"),
             JobOutcome::Lost => f.write_str("lost"),
             JobOutcome::NotStarted { message } => write!(f, "not started: {message}"),
+            JobOutcome::PlatformFailed { message } => {
+                write!(f, "failed on its platform: {message}")
+            }
+            JobOutcome::Stopped { reason } => write!(f, "stopped: {reason}"),
         }
     }
 }
@@ -235,12 +274,11 @@ impl JobResult {
     pub const MAX_STDOUT: usize = 1024 * 1024;
     pub const STDERR_TAIL: usize = 4096;
 
-    /// A result for a job that never ran.
-    pub fn not_started(message: impl Into<String>, at: Timestamp) -> Self {
+    /// A result without output: the job never ran, or ran somewhere that
+    /// said nothing about it.
+    pub fn without_output(outcome: JobOutcome, at: Timestamp) -> Self {
         Self {
-            outcome: JobOutcome::NotStarted {
-                message: message.into(),
-            },
+            outcome,
             exit_code: None,
             stdout: String::new(),
             stderr_tail: String::new(),
@@ -250,20 +288,30 @@ impl JobResult {
         }
     }
 
+    /// A result for a job that never ran.
+    pub fn not_started(message: impl Into<String>, at: Timestamp) -> Self {
+        Self::without_output(
+            JobOutcome::NotStarted {
+                message: message.into(),
+            },
+            at,
+        )
+    }
+
     /// True when the process ran and exited with `code`.
     pub fn exited_with(&self, code: i32) -> bool {
         self.outcome == JobOutcome::Exited && self.exit_code == Some(code)
     }
 
-    /// One line saying how the job ended, with the end of stderr when useful.
+    /// One line saying how the job ended, with what stderr says about it.
     pub fn describe(&self) -> String {
         let head = match (&self.outcome, self.exit_code) {
             (JobOutcome::Exited, Some(code)) => format!("exited with {code}"),
             (JobOutcome::Exited, None) => "exited without a code (killed by a signal)".to_owned(),
             (other, _) => other.to_string(),
         };
-        match last_line(&self.stderr_tail) {
-            Some(line) => format!("{head}: {line}"),
+        match stderr_excerpt(&self.stderr_tail) {
+            Some(excerpt) => format!("{head}: {excerpt}"),
             None => head,
         }
     }
@@ -274,6 +322,62 @@ pub fn last_line(text: &str) -> Option<&str> {
     text.lines().rev().map(str::trim).find(|l| !l.is_empty())
 }
 
+/// Most lines of stderr a reason quotes.
+const EXCERPT_LINES: usize = 5;
+/// Longest stderr excerpt a reason quotes, in characters.
+const EXCERPT_CHARS: usize = 600;
+
+/// What stderr says about a failure, on one line: the first `Error:` block
+/// when there is one (Terraform's and many tools' way of saying what went
+/// wrong, often followed by warnings or hints), else the last few lines.
+/// Box-drawing frames (`│`, `╷`, `╵`) are dropped.
+pub fn stderr_excerpt(stderr: &str) -> Option<String> {
+    let raw: Vec<&str> = stderr.lines().collect();
+    let clean = |l: &str| l.trim_start_matches(['│', '╷', '╵']).trim().to_owned();
+    let picked: Vec<String> = match raw.iter().position(|l| clean(l).starts_with("Error:")) {
+        Some(start) => {
+            let mut block = vec![clean(raw[start])];
+            for line in &raw[start + 1..] {
+                let text = clean(line);
+                // A frame's end, or the next diagnostic, ends the block.
+                if line.trim_start().starts_with('╵')
+                    || text.starts_with("Error:")
+                    || text.starts_with("Warning:")
+                {
+                    break;
+                }
+                if !text.is_empty() {
+                    block.push(text);
+                }
+            }
+            block
+        }
+        None => {
+            let mut tail: Vec<String> = raw
+                .iter()
+                .rev()
+                .map(|l| clean(l))
+                .filter(|l| !l.is_empty())
+                .take(3)
+                .collect();
+            tail.reverse();
+            tail
+        }
+    };
+    if picked.is_empty() {
+        return None;
+    }
+    let joined = picked
+        .into_iter()
+        .take(EXCERPT_LINES)
+        .collect::<Vec<_>>()
+        .join(" / ");
+    Some(match joined.char_indices().nth(EXCERPT_CHARS) {
+        Some((cut, _)) => format!("{}…", &joined[..cut]),
+        None => joined,
+    })
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum JobState {
@@ -282,6 +386,9 @@ pub enum JobState {
     /// Claimed and handed to a runner.
     Dispatched {
         at: Timestamp,
+        /// Where it runs, once the runner said (asynchronous runners).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<JobHandle>,
     },
     Finished {
         result: JobResult,
@@ -336,5 +443,32 @@ impl JobRecord {
             }
         }
         env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_excerpt_of_a_terraform_error_is_its_error_block_not_the_last_line() {
+        let stderr = "╷\n│ Error: Error acquiring the state lock\n│ \n│ Error message: resource temporarily unavailable\n│ Lock Info:\n│   ID:        7d2c\n╵\n\nTerraform acquires a state lock to protect the state from being written\nby multiple users at the same time. Please resolve the issue above and try\nagain. For most commands, you can disable locking with the \"-lock=false\"\nflag, but this is not recommended.\n";
+        let excerpt = stderr_excerpt(stderr).unwrap();
+        assert!(
+            excerpt.starts_with("Error: Error acquiring the state lock / Error message: resource temporarily unavailable"),
+            "{excerpt}"
+        );
+        assert!(!excerpt.contains("not recommended"), "{excerpt}");
+    }
+
+    #[test]
+    fn without_an_error_block_the_excerpt_is_the_last_lines() {
+        assert_eq!(
+            stderr_excerpt("one\n\ntwo\nthree\nfour\n").as_deref(),
+            Some("two / three / four")
+        );
+        assert_eq!(stderr_excerpt("\n  \n"), None);
+        let long = "x".repeat(5000);
+        assert!(stderr_excerpt(&long).unwrap().ends_with('…'));
     }
 }

@@ -301,16 +301,20 @@ impl PlanRecord {
         }
     }
 
-    /// The plan as text, for people (lossy for binary plans).
-    pub fn text(&self) -> String {
+    /// One line per artifact, for people: name, size and digest (a plan
+    /// may be binary; its content stays in the artifact store).
+    pub fn files(&self) -> Vec<String> {
         self.artifacts
             .iter()
             .map(|a| {
-                let bytes = hex::decode(&a.content_hex).unwrap_or_default();
-                format!("--- {}\n{}", a.name, String::from_utf8_lossy(&bytes))
+                format!(
+                    "{} ({} bytes, sha256 {})",
+                    a.name,
+                    a.size,
+                    &a.sha256[..a.sha256.len().min(12)]
+                )
             })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect()
     }
 
     pub fn short(&self) -> &str {

@@ -17,8 +17,8 @@ use crate::bundle::ConfigBundle;
 use crate::error::Result;
 use crate::{
     AlertState, ApiToken, ApplicationName, Approval, Desired, Event, EventFilter, InstanceKey,
-    InstanceRecord, JobId, JobRecord, JobResult, ParamValue, Release, ReleaseChannelName,
-    RunnerSpec, ServiceName,
+    InstanceRecord, JobHandle, JobId, JobRecord, JobResult, ParamValue, Release,
+    ReleaseChannelName, RunnerSpec, ServiceName,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -192,6 +192,9 @@ pub trait JobStore: Send + Sync {
     /// Moves a job from created to dispatched. `false` when it was not in
     /// the created state: someone else dispatched it, or it already ended.
     async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool>;
+    /// Records where a dispatched job runs. `false` when the job is not in
+    /// the dispatched state (it already ended, or is unknown).
+    async fn record_handle(&self, id: &JobId, handle: &JobHandle) -> Result<bool>;
     /// Records a job's result once. `false` when a result was already
     /// recorded (a duplicate report) or the job is unknown.
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool>;
@@ -293,17 +296,30 @@ pub trait WorkQueue: Send + Sync {
     async fn enqueue(&self, items: &[WorkItem]) -> Result<()>;
 }
 
-/// Executes jobs. Results come back through a [`JobResultSink`] (push), or
-/// through [`Runner::poll`] for runners that can only be asked.
+/// Executes jobs. Results come back through a [`JobResultSink`] (push:
+/// local processes, platform events, the agent's reports), and through
+/// [`Runner::poll`] on later steps, so a lost report only delays a result.
 #[async_trait]
 pub trait Runner: Send + Sync {
-    /// Starts the job. Must not wait for a long-running job to finish unless
-    /// the runner runs jobs inline by design.
-    async fn dispatch(&self, job: &JobRecord) -> Result<()>;
+    /// Starts the job and returns at once; only a runner that runs jobs
+    /// inline by design waits for it. Idempotent per job id: dispatching a
+    /// job that already started (a redelivered message, a worker that died
+    /// after starting it) adopts the running one instead of starting a
+    /// second. Returns where the job runs when the runner needs that to
+    /// find it again.
+    async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>>;
 
-    /// Asks for the result of a dispatched job; `None` while it runs.
-    async fn poll(&self, _job: &JobRecord) -> Result<Option<JobResult>> {
-        Ok(None)
+    /// Where a dispatched job is now. The default suits runners that only
+    /// push results and keep no memory of what they ran.
+    async fn poll(&self, _job: &JobRecord) -> Result<JobProgress> {
+        Ok(JobProgress::Unknown)
+    }
+
+    /// Stops a job that is still running (past its deadline, or superseded
+    /// by a newer version or a rollback). Idempotent: stopping a job that
+    /// already ended does nothing.
+    async fn stop(&self, _job: &JobRecord, _reason: &str) -> Result<()> {
+        Ok(())
     }
 
     /// Whether jobs for `spec` can start now. A runner whose jobs go
@@ -314,12 +330,51 @@ pub trait Runner: Send + Sync {
     }
 }
 
+/// Where a dispatched job is, as its runner sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobProgress {
+    Running,
+    Finished(JobResult),
+    /// The runner knows nothing of it (a process that went down with an
+    /// earlier `vergence`); at its deadline the job is presumed lost.
+    Unknown,
+}
+
 /// Whether a runner can take jobs now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Availability {
     Ready,
     /// Not now, and why, in a sentence that says what to do.
     Unavailable(String),
+}
+
+/// Where files handed between jobs (plans) are kept: a directory locally,
+/// S3 in AWS. Keys are paths such as `jobs/<job>/outputs/<name>`.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
+    async fn put(&self, key: &str, content: &[u8]) -> Result<()>;
+    /// `None` when nothing is stored under `key` (never written, or expired).
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// A URL that reads or writes `key` with no other credential, valid for
+    /// `ttl`, for jobs in containers that cannot reach the store otherwise;
+    /// `None` for a store that cannot hand out URLs.
+    async fn presign(
+        &self,
+        _key: &str,
+        _access: UrlAccess,
+        _ttl: jiff::SignedDuration,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
+}
+
+/// What a presigned artifact URL allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UrlAccess {
+    /// `GET` the content (a job's inputs).
+    Read,
+    /// `PUT` the content (a job's outputs).
+    Write,
 }
 
 /// Where runners report finished jobs.

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 
 use vergence_model::ports::JobStore;
-use vergence_model::{JobId, JobRecord, JobResult, JobState};
+use vergence_model::{JobHandle, JobId, JobRecord, JobResult, JobState};
 
 use super::payload::payload;
 use super::write::{Expression, Outcome, Write};
@@ -21,6 +21,7 @@ const BODY: &str = "body";
 const INSTANCE: &str = "instance";
 const STATE: &str = "state";
 const DISPATCHED_AT: &str = "dispatched_at";
+const HANDLE: &str = "handle";
 const RESULT: &str = "result";
 
 const CREATED: &str = "created";
@@ -46,8 +47,11 @@ pub(crate) fn job_item(
     item.insert(BODY.to_owned(), body.attribute);
     let state = match &job.state {
         JobState::Created => CREATED,
-        JobState::Dispatched { at } => {
+        JobState::Dispatched { at, handle } => {
             item.insert(DISPATCHED_AT.to_owned(), s(at.to_string()));
+            if let Some(handle) = handle {
+                item.insert(HANDLE.to_owned(), s(handle.as_str()));
+            }
             DISPATCHED
         }
         JobState::Finished { result } => {
@@ -79,7 +83,11 @@ impl DynamoStore {
                 let at = at
                     .parse::<Timestamp>()
                     .map_err(|e| AwsError::decode("get_job", &what, e))?;
-                JobState::Dispatched { at }
+                let handle = match item.get(HANDLE) {
+                    Some(_) => Some(JobHandle(get_s("get_job", &item, HANDLE)?.to_owned())),
+                    None => None,
+                };
+                JobState::Dispatched { at, handle }
             }
             FINISHED => {
                 let result = get_attr("get_job", &item, RESULT)?;
@@ -115,6 +123,25 @@ impl DynamoStore {
             ),
         };
         Ok(self.write_one("claim_job", claim).await? == Outcome::Written)
+    }
+
+    async fn set_handle(
+        &self,
+        id: &JobId,
+        handle: &JobHandle,
+    ) -> std::result::Result<bool, AwsError> {
+        let update = Write::Update {
+            key: key(job_pk(id), JOB_SK),
+            update: Expression::new("SET #handle = :handle")
+                .name("#handle", HANDLE)
+                .value(":handle", s(handle.as_str())),
+            condition: Some(
+                Expression::new("#state = :dispatched")
+                    .name("#state", STATE)
+                    .value(":dispatched", s(DISPATCHED)),
+            ),
+        };
+        Ok(self.write_one("record_handle", update).await? == Outcome::Written)
     }
 
     #[tracing::instrument(skip(self, result))]
@@ -153,6 +180,11 @@ impl JobStore for DynamoStore {
     #[tracing::instrument(name = "dynamodb.claim_job", level = "debug", skip_all, fields(job = %id))]
     async fn claim_job(&self, id: &JobId, at: Timestamp) -> Result<bool> {
         Ok(self.claim(id, at).await?)
+    }
+
+    #[tracing::instrument(name = "dynamodb.record_handle", level = "debug", skip_all, fields(job = %id, handle = %handle))]
+    async fn record_handle(&self, id: &JobId, handle: &JobHandle) -> Result<bool> {
+        Ok(self.set_handle(id, handle).await?)
     }
 
     #[tracing::instrument(name = "dynamodb.finish_job", level = "debug", skip_all, fields(job = %id))]

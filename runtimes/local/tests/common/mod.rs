@@ -10,12 +10,47 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::sync::{Arc, OnceLock};
+
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use vergence_model::ports::JobResultSink;
+use vergence_embedded::DirArtifactStore;
+use vergence_model::ports::{ArtifactStore, JobResultSink};
 use vergence_model::{
-    InstanceIds, InstanceKey, JobId, JobKind, JobRecord, JobResult, JobSpec, JobState, RunnerSpec,
+    Artifact, InstanceIds, InstanceKey, JobId, JobKind, JobRecord, JobResult, JobSpec, JobState,
+    RunnerSpec,
 };
+
+/// The artifact store of this test binary: a real directory.
+pub fn artifacts() -> Arc<DirArtifactStore> {
+    static STORE: OnceLock<(tempfile::TempDir, Arc<DirArtifactStore>)> = OnceLock::new();
+    STORE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Arc::new(DirArtifactStore::new(dir.path().join("artifacts")));
+            (dir, store)
+        })
+        .1
+        .clone()
+}
+
+/// An artifact whose content is in [`artifacts`].
+pub async fn stored(name: &str, content: &[u8]) -> Artifact {
+    let key = format!("test/{}/{name}", fastrand_id());
+    artifacts().put(&key, content).await.unwrap();
+    Artifact::of(name, key, content)
+}
+
+/// The content of an artifact in [`artifacts`].
+pub async fn content(artifact: &Artifact) -> Vec<u8> {
+    artifacts().get(&artifact.key).await.unwrap().unwrap()
+}
+
+fn fastrand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::SeqCst)
+}
 
 /// A local job running `cmd` in `root` with a 30 s timeout.
 pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
