@@ -526,6 +526,35 @@ impl Decider<'_> {
         if progress.passed_at.is_some() {
             return;
         }
+        // A failed check fails the version before any other check is
+        // scheduled: a check started now would run beside the rollback's
+        // apply, as a second job of the decision.
+        let failure = checks.iter().find_map(|check| {
+            let Lifecycle::PostDeployment { delay, .. } = check.lifecycle else {
+                return None;
+            };
+            let start = after(progress.converged_at, delay);
+            if self.now < start {
+                return None;
+            }
+            self.state
+                .protections
+                .get(&check.key())
+                .filter(|o| o.version == spec.version && o.at >= start && !o.passed)
+                .map(|o| {
+                    format!(
+                        "post-deployment check {} of {} failed: {}",
+                        check.name, spec.version, o.summary
+                    )
+                })
+        });
+        if let Some(failure) = failure {
+            let target = self.target();
+            target.failed = Some(failure.clone());
+            target.retry_at = None;
+            self.set_status(Status::Failed, failure, None);
+            return;
+        }
         let mut notes = Vec::new();
         let mut all_done = true;
         for check in &checks {
@@ -547,17 +576,6 @@ impl Decider<'_> {
                 .filter(|o| o.version == spec.version && o.at >= start)
                 .cloned();
             let run_at = match &seen {
-                Some(o) if !o.passed => {
-                    let failure = format!(
-                        "post-deployment check {} of {} failed: {}",
-                        check.name, spec.version, o.summary
-                    );
-                    let target = self.target();
-                    target.failed = Some(failure.clone());
-                    target.retry_at = None;
-                    self.set_status(Status::Failed, failure, None);
-                    return;
-                }
                 Some(o) if o.at >= end => {
                     notes.push(format!("{} passed", check.name));
                     continue;
