@@ -7,12 +7,13 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::gates::{self, Gate, human};
+use super::post_deployment;
 use super::{Decision, Facts};
 use vergence_model::{
     CompiledInstance, CompiledProtection, Desired, DriftPolicy, Event, EventKind, FetchSpec,
     FetchVerdict, InstanceControls, InstanceKey, InstanceRecord, InstanceState, JobOutcome,
-    JobRecord, JobResult, Lifecycle, LifecycleKind, PostDeployment, Precondition, Rollback,
-    RollbackTarget, Status, TargetProgress, Version, WaitCause,
+    JobRecord, JobResult, LifecycleKind, PostDeployment, Precondition, Rollback, RollbackTarget,
+    Status, TargetProgress, Version, WaitCause,
 };
 
 mod absorb;
@@ -55,7 +56,7 @@ struct Decider<'a> {
     next: Option<Timestamp>,
 }
 
-fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
+pub(crate) fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
     at.checked_add(by).unwrap_or(Timestamp::MAX)
 }
 
@@ -469,10 +470,7 @@ impl Decider<'_> {
                 return;
             }
             Gate::Fail { reason } => {
-                let target = self.target();
-                target.failed = Some(reason.clone());
-                target.retry_at = None;
-                self.set_status(Status::Failed, reason, None);
+                self.fail_version(reason);
                 return;
             }
         }
@@ -502,10 +500,8 @@ impl Decider<'_> {
         if self.state.rollback.is_some() {
             return;
         }
-        let checks: Vec<CompiledProtection> = spec
-            .protections_at(LifecycleKind::PostDeployment)
-            .cloned()
-            .collect();
+        let checks: Vec<&CompiledProtection> =
+            spec.protections_at(LifecycleKind::PostDeployment).collect();
         if checks.is_empty() {
             self.state.post_deployment = None;
             self.mark_good(spec);
@@ -526,114 +522,64 @@ impl Decider<'_> {
         if progress.passed_at.is_some() {
             return;
         }
-        // A failed check fails the version before any other check is
-        // scheduled: a check started now would run beside the rollback's
-        // apply, as a second job of the decision.
-        let failure = checks.iter().find_map(|check| {
-            let Lifecycle::PostDeployment { delay, .. } = check.lifecycle else {
-                return None;
-            };
-            let start = after(progress.converged_at, delay);
-            if self.now < start {
-                return None;
-            }
-            self.state
-                .protections
-                .get(&check.key())
-                .filter(|o| o.version == spec.version && o.at >= start && !o.passed)
-                .map(|o| {
+        match post_deployment::verdict(&checks, &progress, &self.state.protections, self.now) {
+            post_deployment::Verdict::Failed { reason } => self.fail_version(reason),
+            post_deployment::Verdict::Passed { notes } => self.checks_passed(spec, &notes),
+            post_deployment::Verdict::Running {
+                run,
+                look_again_at,
+                notes,
+            } => {
+                for key in &run {
+                    if self.state.in_flight.is_none() {
+                        self.dispatch_protection(spec, key);
+                    }
+                }
+                if let Some(at) = look_again_at {
+                    self.check_at(at);
+                }
+                self.set_status(
+                    Status::Converged,
                     format!(
-                        "post-deployment check {} of {} failed: {}",
-                        check.name, spec.version, o.summary
-                    )
-                })
-        });
-        if let Some(failure) = failure {
-            let target = self.target();
-            target.failed = Some(failure.clone());
-            target.retry_at = None;
-            self.set_status(Status::Failed, failure, None);
-            return;
-        }
-        let mut notes = Vec::new();
-        let mut all_done = true;
-        for check in &checks {
-            let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
-                continue;
-            };
-            let start = after(progress.converged_at, delay);
-            let end = after(start, duration);
-            if self.now < start {
-                all_done = false;
-                self.check_at(start);
-                notes.push(format!("{} starts at {}", check.name, moment(start)));
-                continue;
-            }
-            let seen = self
-                .state
-                .protections
-                .get(&check.key())
-                .filter(|o| o.version == spec.version && o.at >= start)
-                .cloned();
-            let run_at = match &seen {
-                Some(o) if o.at >= end => {
-                    notes.push(format!("{} passed", check.name));
-                    continue;
-                }
-                Some(o) => {
-                    notes.push(format!(
-                        "{} passing for {} of {}",
-                        check.name,
-                        human(o.at.duration_since(start)),
-                        human(duration)
-                    ));
-                    after(o.at, check.poll_interval).min(end)
-                }
-                None => {
-                    notes.push(format!("{} running", check.name));
-                    self.now
-                }
-            };
-            all_done = false;
-            if self.now >= run_at {
-                if self.state.in_flight.is_none() {
-                    self.dispatch_protection(spec, &check.key());
-                }
-            } else {
-                self.check_at(run_at);
+                        "converged on {}; post-deployment checks: {}",
+                        spec.version,
+                        notes.join(", ")
+                    ),
+                    None,
+                );
             }
         }
-        if all_done {
-            if let Some(p) = self.state.post_deployment.as_mut() {
-                p.passed_at = Some(self.now);
-            }
-            self.event(
-                EventKind::ChecksPassed {
-                    version: spec.version.clone(),
-                },
-                format!(
-                    "post-deployment checks of {} passed: {}",
-                    spec.version,
-                    notes.join(", ")
-                ),
-            );
-            self.mark_good(spec);
-            self.set_status(
-                Status::Converged,
-                format!("converged on {}", spec.version),
-                None,
-            );
-        } else {
-            self.set_status(
-                Status::Converged,
-                format!(
-                    "converged on {}; post-deployment checks: {}",
-                    spec.version,
-                    notes.join(", ")
-                ),
-                None,
-            );
+    }
+
+    /// Every post-deployment check passed: the version is good here.
+    fn checks_passed(&mut self, spec: &CompiledInstance, notes: &[String]) {
+        if let Some(p) = self.state.post_deployment.as_mut() {
+            p.passed_at = Some(self.now);
         }
+        self.event(
+            EventKind::ChecksPassed {
+                version: spec.version.clone(),
+            },
+            format!(
+                "post-deployment checks of {} passed: {}",
+                spec.version,
+                notes.join(", ")
+            ),
+        );
+        self.mark_good(spec);
+        self.set_status(
+            Status::Converged,
+            format!("converged on {}", spec.version),
+            None,
+        );
+    }
+
+    /// The version fails here for good: no retry; a rollback may follow.
+    fn fail_version(&mut self, reason: String) {
+        let target = self.target();
+        target.failed = Some(reason.clone());
+        target.retry_at = None;
+        self.set_status(Status::Failed, reason, None);
     }
 
     /// Remembers a version that converged and passed its checks.

@@ -14,6 +14,7 @@ pub mod control;
 mod decide;
 pub mod fetch;
 pub mod gates;
+mod post_deployment;
 mod runners;
 mod step;
 
