@@ -7,8 +7,8 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::gates::{self, Gate, human};
-use super::post_deployment;
 use super::{Decision, Facts};
+use super::{post_deployment, rollback};
 use vergence_model::{
     CompiledInstance, CompiledProtection, Desired, DriftPolicy, Event, EventKind, FetchSpec,
     FetchVerdict, InstanceControls, InstanceKey, InstanceRecord, InstanceState, JobOutcome,
@@ -125,8 +125,8 @@ impl Decider<'_> {
             self.absorb(&spec, &flight, &lost);
         }
         self.evaluate(&spec);
-        if let Some(reason) = self.rollback_due(desired) {
-            self.start_rollback(desired, reason);
+        if let Some(rollback) = rollback::automatic(&self.state, desired, self.now) {
+            self.start_rollback(rollback);
             let spec = self.effective(desired);
             self.ensure_target(&spec);
             self.evaluate(&spec);
@@ -159,87 +159,36 @@ impl Decider<'_> {
         spec
     }
 
-    /// The reason to roll back now, if the desired version has failed here
-    /// and there is an earlier good version to go back to.
-    fn rollback_due(&self, desired: &CompiledInstance) -> Option<String> {
-        if self.state.rollback.is_some() || !desired.auto_rollback {
-            return None;
-        }
-        let target = self.state.target.as_ref()?;
-        let good = self.state.last_good.as_ref()?;
-        if target.version != desired.version || good.version == desired.version {
-            return None;
-        }
-        target.failed.clone()
-    }
-
-    fn start_rollback(&mut self, desired: &CompiledInstance, reason: String) {
-        let Some(to) = self.state.last_good.clone() else {
-            return;
-        };
-        self.event(
-            EventKind::RollbackStarted {
-                failed_version: desired.version.clone(),
-                to: to.version.clone(),
-            },
-            format!(
-                "rolling back to {} because {} failed: {reason}",
-                to.version, desired.version
-            ),
-        );
-        self.set_status(
-            Status::Pending,
-            format!("{} failed: {reason}", desired.version),
-            None,
-        );
-        self.state.rollback = Some(Rollback {
-            failed_version: desired.version.clone(),
-            to,
-            reason,
-            started_at: self.now,
-            requested_by: None,
-        });
-    }
-
+    /// A rollback someone asked for starts now, whatever the instance is
+    /// doing; without an earlier version to go to, the request is dropped
+    /// with an event saying so.
     fn take_rollback_request(&mut self, desired: &CompiledInstance) {
         let Some(request) = self.state.rollback_request.take() else {
             return;
         };
-        // Without a version: the last good one, unless that is what is
-        // desired now, then the one before it.
-        let good = match &self.state.last_good {
-            Some(g) if g.version != desired.version => Some(g.clone()),
-            _ => self.state.previous_good.clone(),
-        };
-        let Some(to) = request.to.or(good) else {
-            self.event(
+        match rollback::requested(&request, &self.state, desired, self.now) {
+            Some(rollback) => self.start_rollback(rollback),
+            None => self.event(
                 EventKind::RollbackRequested { to: None },
                 format!(
                     "{} asked for a rollback, but no earlier version converged here",
                     request.actor
                 ),
-            );
-            return;
-        };
-        let reason = format!("rollback requested by {}", request.actor);
+            ),
+        }
+    }
+
+    fn start_rollback(&mut self, rollback: Rollback) {
+        let (message, reason) = rollback::announcement(&rollback);
         self.event(
             EventKind::RollbackStarted {
-                failed_version: desired.version.clone(),
-                to: to.version.clone(),
+                failed_version: rollback.failed_version.clone(),
+                to: rollback.to.version.clone(),
             },
-            format!(
-                "rolling back from {} to {}: {reason}",
-                desired.version, to.version
-            ),
+            message,
         );
-        self.set_status(Status::Pending, reason.clone(), None);
-        self.state.rollback = Some(Rollback {
-            failed_version: desired.version.clone(),
-            to,
-            reason,
-            started_at: self.now,
-            requested_by: Some(request.actor.clone()),
-        });
+        self.set_status(Status::Pending, reason, None);
+        self.state.rollback = Some(rollback);
     }
 
     fn ensure_target(&mut self, spec: &CompiledInstance) {
@@ -607,43 +556,23 @@ impl Decider<'_> {
         let Some(rollback) = self.state.rollback.clone() else {
             return;
         };
-        let why = match &rollback.requested_by {
-            Some(actor) => format!(
-                "{actor} asked to roll back from {}",
-                rollback.failed_version
-            ),
-            None => format!("{} failed ({})", rollback.failed_version, rollback.reason),
-        };
-        match self.state.status {
-            Status::Converged => {
+        match rollback::shown(&rollback, self.state.status, &self.state.reason) {
+            rollback::Shown::AsIs => {}
+            rollback::Shown::RolledBack { message, reason } => {
                 if before != Status::RolledBack {
                     self.event(
                         EventKind::RolledBack {
                             to: rollback.to.version.clone(),
                         },
-                        format!("rolled back to {}: {why}", rollback.to.version),
+                        message,
                     );
                 }
-                self.state.status = Status::RolledBack;
-                self.state.reason = format!(
-                    "rolled back to {}: {why}; push a new version to move on",
-                    rollback.to.version
-                );
-                self.state.wait = Some(WaitCause::Release);
+                self.set_status(Status::RolledBack, reason, Some(WaitCause::Release));
             }
-            Status::Failed => {
-                self.state.reason = format!(
-                    "rollback to {} failed too: {}",
-                    rollback.to.version, self.state.reason
-                );
-            }
-            Status::Paused | Status::Drifted | Status::RolledBack => {}
-            _ => {
+            rollback::Shown::Failed { reason } => self.state.reason = reason,
+            rollback::Shown::RollingBack { reason } => {
                 self.state.status = Status::RollingBack;
-                self.state.reason = format!(
-                    "rolling back to {} after {why}: {}",
-                    rollback.to.version, self.state.reason
-                );
+                self.state.reason = reason;
             }
         }
     }

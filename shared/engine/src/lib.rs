@@ -15,6 +15,7 @@ mod decide;
 pub mod fetch;
 pub mod gates;
 mod post_deployment;
+mod rollback;
 mod runners;
 mod step;
 

@@ -166,10 +166,7 @@ impl Control {
             }
             None => None,
         };
-        let good = match &record.state.last_good {
-            Some(g) if Some(&g.version) != desired.as_ref() => Some(g),
-            _ => record.state.previous_good.as_ref(),
-        };
+        let good = crate::rollback::earlier_good(&record.state, desired.as_ref());
         let target_version = match (&to, good) {
             (Some(t), _) => t.version.clone(),
             (None, Some(good)) => good.version.clone(),
