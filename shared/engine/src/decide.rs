@@ -244,10 +244,6 @@ impl Decider<'_> {
             return;
         }
         self.check_at(due);
-        let grace_end = target
-            .apply_started_at
-            .map(|started| after(started, spec.convergence_grace_period));
-        let grace_over = grace_end.is_some_and(|end| self.now >= end);
         match observation.verdict {
             FetchVerdict::Converged => {
                 self.converged(spec);
@@ -257,54 +253,70 @@ impl Decider<'_> {
                 if target.applied_seq.is_some()
                     || observation.verdict == FetchVerdict::InProgress =>
             {
-                if grace_over && target.applied_seq.is_some() {
-                    self.count_failure(
-                        spec,
-                        format!(
-                            "{} did not converge within the convergence grace period ({}) of its apply: {}",
-                            spec.version,
-                            human(spec.convergence_grace_period),
-                            observation.summary
-                        ),
-                    );
-                    return self.evaluate_after_failure(spec);
-                }
-                // The grace period only runs while an apply is verified; after
-                // a failed or lost apply its end is past and means nothing.
-                let grace_end = grace_end.filter(|_| target.applied_seq.is_some());
-                let until = grace_end
-                    .map(|end| format!("; waiting until {}", moment(end)))
-                    .unwrap_or_default();
-                if let Some(end) = grace_end {
-                    self.check_at(end);
-                }
-                self.set_status(
-                    Status::Verifying,
-                    format!("{}{until}", observation.summary),
-                    None,
-                );
+                self.verifying(spec, target, &observation.summary);
             }
             FetchVerdict::NeedsApply | FetchVerdict::Failed | FetchVerdict::InProgress => {
                 let drift = self.state.current_version.as_ref() == Some(&spec.version);
                 self.want_apply(spec, target, Some((drift, observation.summary.clone())));
             }
-            FetchVerdict::Error => {
-                let max = spec.apply.retry_policy.max_attempts;
-                let message = format!("{}; fetching again at {}", observation.summary, moment(due));
-                if target.fetch_failures >= max {
-                    self.set_status(
-                        Status::Failed,
-                        format!(
-                            "fetch failed {} times in a row: {message}",
-                            target.fetch_failures
-                        ),
-                        None,
-                    );
-                } else {
-                    let status = self.state.status;
-                    self.set_status(status, message, None);
-                }
-            }
+            FetchVerdict::Error => self.fetch_failed(spec, target, &observation.summary, due),
+        }
+    }
+
+    /// The runtime is not there yet but getting there (or an apply is being
+    /// verified): wait, unless the apply's convergence grace period is over,
+    /// which counts as a failed attempt.
+    fn verifying(&mut self, spec: &CompiledInstance, target: &TargetProgress, summary: &str) {
+        let grace_end = target
+            .apply_started_at
+            .map(|started| after(started, spec.convergence_grace_period));
+        let grace_over = grace_end.is_some_and(|end| self.now >= end);
+        if grace_over && target.applied_seq.is_some() {
+            self.count_failure(
+                spec,
+                format!(
+                    "{} did not converge within the convergence grace period ({}) of its apply: {summary}",
+                    spec.version,
+                    human(spec.convergence_grace_period),
+                ),
+            );
+            return self.evaluate_after_failure(spec);
+        }
+        // The grace period only runs while an apply is verified; after
+        // a failed or lost apply its end is past and means nothing.
+        let grace_end = grace_end.filter(|_| target.applied_seq.is_some());
+        let until = grace_end
+            .map(|end| format!("; waiting until {}", moment(end)))
+            .unwrap_or_default();
+        if let Some(end) = grace_end {
+            self.check_at(end);
+        }
+        self.set_status(Status::Verifying, format!("{summary}{until}"), None);
+    }
+
+    /// The fetch itself failed: it runs again at `due`; too many failures
+    /// in a row fail the instance (never its version: nothing was seen).
+    fn fetch_failed(
+        &mut self,
+        spec: &CompiledInstance,
+        target: &TargetProgress,
+        summary: &str,
+        due: Timestamp,
+    ) {
+        let max = spec.apply.retry_policy.max_attempts;
+        let message = format!("{summary}; fetching again at {}", moment(due));
+        if target.fetch_failures >= max {
+            self.set_status(
+                Status::Failed,
+                format!(
+                    "fetch failed {} times in a row: {message}",
+                    target.fetch_failures
+                ),
+                None,
+            );
+        } else {
+            let status = self.state.status;
+            self.set_status(status, message, None);
         }
     }
 
@@ -331,65 +343,13 @@ impl Decider<'_> {
             .as_ref()
             .filter(|(drift, _)| *drift)
             .map(|(_, s)| s.clone());
-        if let Some(seen) = &drift {
-            if matches!(self.state.status, Status::Converged) {
-                self.event(
-                    EventKind::DriftDetected {
-                        version: spec.version.clone(),
-                    },
-                    format!("drift detected on {}: {seen}", spec.version),
-                );
-            }
-            if spec.drift_policy == DriftPolicy::DetectOnly {
-                self.set_status(
-                    Status::Drifted,
-                    format!(
-                        "drift detected on {} (driftPolicy detectOnly, not applying): {seen}",
-                        spec.version
-                    ),
-                    None,
-                );
-                return;
-            }
+        if let Some(seen) = &drift
+            && !self.remediate(spec, seen)
+        {
+            return;
         }
-        match gates::evaluate(spec, self.facts, &self.state, self.controls) {
-            Gate::Open => {}
-            Gate::Closed {
-                status,
-                reason,
-                wait,
-                recheck_at,
-            } => {
-                let reason = match &drift {
-                    Some(seen) => format!("drifted ({seen}); {reason}"),
-                    None => reason,
-                };
-                self.set_status(status, reason, Some(wait));
-                if let Some(at) = recheck_at {
-                    self.check_at(at);
-                }
-                return;
-            }
-            Gate::Check { protection } => {
-                let status = match self.state.status {
-                    Status::Converged | Status::Failed | Status::RolledBack => Status::Pending,
-                    other => other,
-                };
-                self.set_status(
-                    status,
-                    format!(
-                        "checking protection {protection} before applying {}",
-                        spec.version
-                    ),
-                    None,
-                );
-                self.dispatch_protection(spec, &protection);
-                return;
-            }
-            Gate::Fail { reason } => {
-                self.fail_version(reason);
-                return;
-            }
+        if !self.gates_open(spec, drift.as_deref()) {
+            return;
         }
         if let Some(retry_at) = target.retry_at.filter(|at| *at > self.now) {
             let last = target.last_failure.clone().unwrap_or_default();
@@ -407,6 +367,71 @@ impl Decider<'_> {
             (None, None) => String::new(),
         };
         self.dispatch_apply(spec, why);
+    }
+
+    /// Drift on a converged instance is recorded; whether it is remediated
+    /// is the drift policy's call (`detectOnly` leaves it DRIFTED).
+    fn remediate(&mut self, spec: &CompiledInstance, seen: &str) -> bool {
+        if matches!(self.state.status, Status::Converged) {
+            self.event(
+                EventKind::DriftDetected {
+                    version: spec.version.clone(),
+                },
+                format!("drift detected on {}: {seen}", spec.version),
+            );
+        }
+        if spec.drift_policy == DriftPolicy::DetectOnly {
+            self.set_status(
+                Status::Drifted,
+                format!(
+                    "drift detected on {} (driftPolicy detectOnly, not applying): {seen}",
+                    spec.version
+                ),
+                None,
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Whether every gate is open. When one is not, the instance shows it:
+    /// it waits, runs the protection check the gate needs, or fails.
+    fn gates_open(&mut self, spec: &CompiledInstance, drift: Option<&str>) -> bool {
+        match gates::evaluate(spec, self.facts, &self.state, self.controls) {
+            Gate::Open => return true,
+            Gate::Closed {
+                status,
+                reason,
+                wait,
+                recheck_at,
+            } => {
+                let reason = match drift {
+                    Some(seen) => format!("drifted ({seen}); {reason}"),
+                    None => reason,
+                };
+                self.set_status(status, reason, Some(wait));
+                if let Some(at) = recheck_at {
+                    self.check_at(at);
+                }
+            }
+            Gate::Check { protection } => {
+                let status = match self.state.status {
+                    Status::Converged | Status::Failed | Status::RolledBack => Status::Pending,
+                    other => other,
+                };
+                self.set_status(
+                    status,
+                    format!(
+                        "checking protection {protection} before applying {}",
+                        spec.version
+                    ),
+                    None,
+                );
+                self.dispatch_protection(spec, &protection);
+            }
+            Gate::Fail { reason } => self.fail_version(reason),
+        }
+        false
     }
 
     /// The version fails here for good: no retry; a rollback may follow.
