@@ -6,10 +6,11 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::Facts;
+use super::windows::{self, WindowVerdict};
 use vergence_model::{
     Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
     InstanceRecord, InstanceState, Lifecycle, LifecycleKind, PlanRecord, Precondition,
-    ProtectionCheck, ProtectionKey, ReleaseChannelName, Status, Version, WaitCause, WindowVerdict,
+    ProtectionCheck, ProtectionKey, ReleaseChannelName, Status, Version, WaitCause,
 };
 
 /// What a step needs to know about another release channel of the service.
@@ -250,7 +251,7 @@ fn approval_before_apply(wanted: &Approvable<'_>, spec: &CompiledInstance, facts
 /// Allowed windows and freezes: closed, the instance waits until the
 /// windows open (or for a person when they do not open within the horizon).
 fn time_windows(spec: &CompiledInstance, now: Timestamp) -> Gate {
-    match spec.windows.evaluate(now) {
+    match windows::evaluate(&spec.windows, now) {
         WindowVerdict::Open { .. } => Gate::Open,
         WindowVerdict::Closed { reason, opens_at } => Gate::Closed {
             status: Status::Blocked,

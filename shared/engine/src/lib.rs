@@ -18,6 +18,7 @@ mod post_deployment;
 mod rollback;
 mod runners;
 mod step;
+pub mod windows;
 
 use std::collections::BTreeMap;
 

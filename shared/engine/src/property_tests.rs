@@ -19,7 +19,7 @@
 //!    only when its gates pass at that moment: staging converged on the same
 //!    version without a break for the soak and its checks passed; approved;
 //!    inside the allowed windows and outside freezes (by a reference
-//!    predicate, and by `TimeWindows::evaluate`); no alert firing; the
+//!    predicate, and by `windows::evaluate`); no alert firing; the
 //!    deployment protection passed within its poll interval; not paused;
 //!    a rollback only goes back from the desired version to a version that
 //!    converged and passed its checks in that channel;
@@ -45,6 +45,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::tests::{Sim, job_spec, n, spec};
+use super::windows::evaluate;
 use super::{Decision, Settled, UpstreamView, human, settled};
 use vergence_model::*;
 
@@ -880,12 +881,12 @@ impl World {
             if setup.allowed.is_some() || setup.freeze.is_some() {
                 let windows = setup.windows(self.t0);
                 prop_assert!(
-                    setup.window_open(self.t0, now) && windows.evaluate(now).is_open(),
+                    setup.window_open(self.t0, now) && evaluate(&windows, now).is_open(),
                     "{} applies {v} at {} (reference open: {}, windows: {:?})\n{}",
                     ch.name(),
                     now,
                     setup.window_open(self.t0, now),
-                    windows.evaluate(now),
+                    evaluate(&windows, now),
                     self.context()
                 );
             }
