@@ -67,48 +67,79 @@ pub fn evaluate(windows: &TimeWindows, now: Timestamp) -> WindowVerdict {
     if windows.is_empty() {
         return WindowVerdict::Open { closes_at: None };
     }
-    // A zone that was valid at compile time can vanish from a newer
-    // time-zone database; hold applies rather than guess the rule.
-    let allowed_zones = match windows
-        .allowed
-        .iter()
-        .map(zone)
-        .collect::<Result<Vec<_>, _>>()
-    {
+    let zones = match Zones::of(windows) {
         Ok(zones) => zones,
         Err(reason) => return unresolvable(reason),
     };
-    let denied_zones = match windows
-        .denied
-        .iter()
-        .map(|deny| match deny {
-            DenyWindow::Between { .. } => Ok(None),
-            DenyWindow::Recurring { window, .. } => zone(window).map(Some),
-        })
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(zones) => zones,
-        Err(reason) => return unresolvable(reason),
-    };
-
     let horizon = now.saturating_add(WINDOW_HORIZON).unwrap_or(Timestamp::MAX);
-    let allowed = if windows.allowed.is_empty() {
-        vec![(Timestamp::MIN, Timestamp::MAX)]
-    } else {
-        merge(
-            windows
-                .allowed
-                .iter()
-                .zip(&allowed_zones)
-                .flat_map(|(window, tz)| occurrences_around(window, tz, now))
-                .collect(),
-        )
-    };
-    let denied = merge(
+    let open = subtract(
+        &allowed_intervals(windows, &zones, now),
+        &denied_intervals(windows, &zones, now),
+    );
+    match open.iter().find(|(_, end)| *end > now) {
+        Some(&(start, end)) if start <= now => WindowVerdict::Open {
+            closes_at: (end <= horizon).then_some(end),
+        },
+        next => {
+            let opens_at = next.map(|&(start, _)| start).filter(|at| *at <= horizon);
+            let reason = closed_reason(windows, now, opens_at, &zones.allowed, &zones.denied);
+            WindowVerdict::Closed { reason, opens_at }
+        }
+    }
+}
+
+/// The time zones of the windows, in their order; a one-off freeze has
+/// none.
+struct Zones {
+    allowed: Vec<TimeZone>,
+    denied: Vec<Option<TimeZone>>,
+}
+
+impl Zones {
+    /// A zone that was valid at compile time can vanish from a newer
+    /// time-zone database; the error says which, and applies are held
+    /// rather than the rule guessed.
+    fn of(windows: &TimeWindows) -> Result<Self, String> {
+        let allowed = windows
+            .allowed
+            .iter()
+            .map(zone)
+            .collect::<Result<Vec<_>, _>>()?;
+        let denied = windows
+            .denied
+            .iter()
+            .map(|deny| match deny {
+                DenyWindow::Between { .. } => Ok(None),
+                DenyWindow::Recurring { window, .. } => zone(window).map(Some),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { allowed, denied })
+    }
+}
+
+/// When the allowed windows let applies run around `now`: all the time
+/// when there are none.
+fn allowed_intervals(windows: &TimeWindows, zones: &Zones, now: Timestamp) -> Vec<Interval> {
+    if windows.allowed.is_empty() {
+        return vec![(Timestamp::MIN, Timestamp::MAX)];
+    }
+    merge(
+        windows
+            .allowed
+            .iter()
+            .zip(&zones.allowed)
+            .flat_map(|(window, tz)| occurrences_around(window, tz, now))
+            .collect(),
+    )
+}
+
+/// When freezes hold around `now`.
+fn denied_intervals(windows: &TimeWindows, zones: &Zones, now: Timestamp) -> Vec<Interval> {
+    merge(
         windows
             .denied
             .iter()
-            .zip(&denied_zones)
+            .zip(&zones.denied)
             .flat_map(|(deny, tz)| {
                 let (one_off, recurring) = match (deny, tz) {
                     (DenyWindow::Between { start, end, .. }, _) => (Some((*start, *end)), None),
@@ -121,19 +152,7 @@ pub fn evaluate(windows: &TimeWindows, now: Timestamp) -> WindowVerdict {
                 one_off.into_iter().chain(recurring.into_iter().flatten())
             })
             .collect(),
-    );
-    let open = subtract(&allowed, &denied);
-
-    match open.iter().find(|(_, end)| *end > now) {
-        Some(&(start, end)) if start <= now => WindowVerdict::Open {
-            closes_at: (end <= horizon).then_some(end),
-        },
-        next => {
-            let opens_at = next.map(|&(start, _)| start).filter(|at| *at <= horizon);
-            let reason = closed_reason(windows, now, opens_at, &allowed_zones, &denied_zones);
-            WindowVerdict::Closed { reason, opens_at }
-        }
-    }
+    )
 }
 
 /// Why applies are held at `now`: a freeze first (it is the deliberate
