@@ -45,58 +45,22 @@ pub(crate) fn verdict(
     let mut notes = Vec::new();
     let mut run = Vec::new();
     let mut look_again_at: Option<Timestamp> = None;
-    let mut look_again = |at: Timestamp| {
-        look_again_at = Some(look_again_at.map_or(at, |t| t.min(at)));
-    };
     let mut all_done = true;
     for check in checks {
-        let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
-            continue;
-        };
-        let start = after(progress.converged_at, delay);
-        let end = after(start, duration);
-        if now < start {
-            all_done = false;
-            look_again(start);
-            notes.push(format!("{} starts at {}", check.name, moment(start)));
-            continue;
-        }
-        let seen = observations
-            .get(&check.key())
-            .filter(|o| o.version == progress.version && o.at >= start);
-        let run_at = match seen {
+        match standing(check, progress, observations, now) {
+            None => {}
             // The first failure decides; nothing else is scheduled beside it.
-            Some(o) if !o.passed => {
-                return Verdict::Failed {
-                    reason: format!(
-                        "post-deployment check {} of {} failed: {}",
-                        check.name, progress.version, o.summary
-                    ),
-                };
+            Some(Standing::Failed(reason)) => return Verdict::Failed { reason },
+            Some(Standing::Done(note)) => notes.push(note),
+            Some(Standing::Next { note, at }) => {
+                all_done = false;
+                notes.push(note);
+                if now >= at {
+                    run.push(check.key());
+                } else {
+                    look_again_at = Some(look_again_at.map_or(at, |t| t.min(at)));
+                }
             }
-            Some(o) if o.at >= end => {
-                notes.push(format!("{} passed", check.name));
-                continue;
-            }
-            Some(o) => {
-                notes.push(format!(
-                    "{} passing for {} of {}",
-                    check.name,
-                    human(o.at.duration_since(start)),
-                    human(duration)
-                ));
-                after(o.at, check.poll_interval).min(end)
-            }
-            None => {
-                notes.push(format!("{} running", check.name));
-                now
-            }
-        };
-        all_done = false;
-        if now >= run_at {
-            run.push(check.key());
-        } else {
-            look_again(run_at);
         }
     }
     if all_done {
@@ -108,6 +72,59 @@ pub(crate) fn verdict(
             notes,
         }
     }
+}
+
+/// Where one check stands, with a note for people.
+enum Standing {
+    /// It failed: why the version fails.
+    Failed(String),
+    /// It passed for its whole duration.
+    Done(String),
+    /// It runs at `at`: now when it has no result yet, at its next poll
+    /// (the last one at its end) while it passes, or when it starts.
+    Next { note: String, at: Timestamp },
+}
+
+/// Where `check` stands at `now`; `None` for a check that is not a
+/// post-deployment one.
+fn standing(
+    check: &CompiledProtection,
+    progress: &PostDeployment,
+    observations: &BTreeMap<ProtectionKey, ProtectionObservation>,
+    now: Timestamp,
+) -> Option<Standing> {
+    let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
+        return None;
+    };
+    let start = after(progress.converged_at, delay);
+    let end = after(start, duration);
+    if now < start {
+        let note = format!("{} starts at {}", check.name, moment(start));
+        return Some(Standing::Next { note, at: start });
+    }
+    let seen = observations
+        .get(&check.key())
+        .filter(|o| o.version == progress.version && o.at >= start);
+    Some(match seen {
+        Some(o) if !o.passed => Standing::Failed(format!(
+            "post-deployment check {} of {} failed: {}",
+            check.name, progress.version, o.summary
+        )),
+        Some(o) if o.at >= end => Standing::Done(format!("{} passed", check.name)),
+        Some(o) => Standing::Next {
+            note: format!(
+                "{} passing for {} of {}",
+                check.name,
+                human(o.at.duration_since(start)),
+                human(duration)
+            ),
+            at: after(o.at, check.poll_interval).min(end),
+        },
+        None => Standing::Next {
+            note: format!("{} running", check.name),
+            at: now,
+        },
+    })
 }
 
 #[cfg(test)]
