@@ -6,29 +6,21 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::fetch;
 use super::gates::{self, Gate, human};
+use super::rollback;
 use super::{Decision, Facts};
-use vergence_model::hashing::hash_fields;
 use vergence_model::{
-    CompiledInstance, CompiledProtection, Desired, DriftPolicy, Event, EventKind, FetchObservation,
-    FetchSpec, FetchVerdict, InFlightJob, InfoOutput, InstanceControls, InstanceKey,
-    InstanceRecord, InstanceState, JobId, JobKind, JobOutcome, JobRecord, JobResult, JobSpec,
-    JobState, JobSummary, Lifecycle, LifecycleKind, PlanRecord, PostDeployment, Precondition,
-    ProtectionCheck, ProtectionKey, ProtectionObservation, Rollback, RollbackTarget, Status,
-    TargetProgress, Version, WaitCause,
+    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FetchSpec, FetchVerdict,
+    InstanceControls, InstanceKey, InstanceRecord, InstanceState, JobOutcome, JobRecord, JobResult,
+    Precondition, Status, TargetProgress, Version, WaitCause,
 };
+
+mod absorb;
+mod jobs;
+mod verdicts;
 
 /// Who the engine's events are attributed to.
 pub const ACTOR: &str = "engine";
-
-/// Time past a job's own timeout before it is presumed lost: a runner that
-/// died never reports, and the instance must not wait forever.
-const LOST_JOB_SLACK: SignedDuration = SignedDuration::from_mins(2);
-
-/// How soon an instance waiting for its runner (an agent that went quiet)
-/// looks again.
-const RUNNER_RECHECK: SignedDuration = SignedDuration::from_secs(30);
 
 /// Decides the next step for one instance.
 pub fn decide(record: &InstanceRecord, facts: &Facts) -> Decision {
@@ -64,7 +56,7 @@ struct Decider<'a> {
     next: Option<Timestamp>,
 }
 
-fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
+pub(crate) fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
     at.checked_add(by).unwrap_or(Timestamp::MAX)
 }
 
@@ -133,8 +125,8 @@ impl Decider<'_> {
             self.absorb(&spec, &flight, &lost);
         }
         self.evaluate(&spec);
-        if let Some(reason) = self.rollback_due(desired) {
-            self.start_rollback(desired, reason);
+        if let Some(rollback) = rollback::automatic(&self.state, desired, self.now) {
+            self.start_rollback(rollback);
             let spec = self.effective(desired);
             self.ensure_target(&spec);
             self.evaluate(&spec);
@@ -167,89 +159,6 @@ impl Decider<'_> {
         spec
     }
 
-    /// The reason to roll back now, if the desired version has failed here
-    /// and there is an earlier good version to go back to.
-    fn rollback_due(&self, desired: &CompiledInstance) -> Option<String> {
-        if self.state.rollback.is_some() || !desired.auto_rollback {
-            return None;
-        }
-        let target = self.state.target.as_ref()?;
-        let good = self.state.last_good.as_ref()?;
-        if target.version != desired.version || good.version == desired.version {
-            return None;
-        }
-        target.failed.clone()
-    }
-
-    fn start_rollback(&mut self, desired: &CompiledInstance, reason: String) {
-        let Some(to) = self.state.last_good.clone() else {
-            return;
-        };
-        self.event(
-            EventKind::RollbackStarted {
-                failed_version: desired.version.clone(),
-                to: to.version.clone(),
-            },
-            format!(
-                "rolling back to {} because {} failed: {reason}",
-                to.version, desired.version
-            ),
-        );
-        self.set_status(
-            Status::Pending,
-            format!("{} failed: {reason}", desired.version),
-            None,
-        );
-        self.state.rollback = Some(Rollback {
-            failed_version: desired.version.clone(),
-            to,
-            reason,
-            started_at: self.now,
-            requested_by: None,
-        });
-    }
-
-    fn take_rollback_request(&mut self, desired: &CompiledInstance) {
-        let Some(request) = self.state.rollback_request.take() else {
-            return;
-        };
-        // Without a version: the last good one, unless that is what is
-        // desired now, then the one before it.
-        let good = match &self.state.last_good {
-            Some(g) if g.version != desired.version => Some(g.clone()),
-            _ => self.state.previous_good.clone(),
-        };
-        let Some(to) = request.to.or(good) else {
-            self.event(
-                EventKind::RollbackRequested { to: None },
-                format!(
-                    "{} asked for a rollback, but no earlier version converged here",
-                    request.actor
-                ),
-            );
-            return;
-        };
-        let reason = format!("rollback requested by {}", request.actor);
-        self.event(
-            EventKind::RollbackStarted {
-                failed_version: desired.version.clone(),
-                to: to.version.clone(),
-            },
-            format!(
-                "rolling back from {} to {}: {reason}",
-                desired.version, to.version
-            ),
-        );
-        self.set_status(Status::Pending, reason.clone(), None);
-        self.state.rollback = Some(Rollback {
-            failed_version: desired.version.clone(),
-            to,
-            reason,
-            started_at: self.now,
-            requested_by: Some(request.actor.clone()),
-        });
-    }
-
     fn ensure_target(&mut self, spec: &CompiledInstance) {
         let previous = self.state.target.as_ref().map(|t| t.version.clone());
         if previous.as_ref() == Some(&spec.version) {
@@ -277,251 +186,6 @@ impl Decider<'_> {
                 Status::Pending,
                 format!("new desired version {}; checking the runtime", spec.version),
                 None,
-            );
-        }
-    }
-
-    fn absorb(&mut self, spec: &CompiledInstance, flight: &InFlightJob, result: &JobResult) {
-        self.state.in_flight = None;
-        let summary = JobSummary {
-            job_id: flight.job_id.clone(),
-            kind: flight.kind,
-            version: flight.version.clone(),
-            attempt: flight.attempt,
-            outcome: result.outcome.clone(),
-            exit_code: result.exit_code,
-            finished_at: result.finished_at,
-            duration_ms: result.duration_ms,
-            stderr_tail: result.stderr_tail.clone(),
-        };
-        self.state.last_jobs.retain(|j| j.kind != flight.kind);
-        self.state.last_jobs.push(summary);
-        let stale = self
-            .state
-            .target
-            .as_ref()
-            .is_none_or(|t| t.version != flight.version);
-        match flight.kind {
-            JobKind::Apply => self.absorb_apply(spec, flight, result, stale),
-            JobKind::Fetch => self.absorb_fetch(spec, flight, result, stale),
-            JobKind::GetInfo => self.absorb_info(result),
-            JobKind::Protection => self.absorb_protection(flight, result),
-        }
-    }
-
-    fn absorb_protection(&mut self, flight: &InFlightJob, result: &JobResult) {
-        let Some(key) = flight.protection.clone() else {
-            return;
-        };
-        let passed = result.exited_with(0);
-        let summary = if passed {
-            "passed".to_owned()
-        } else {
-            result.describe()
-        };
-        let before = self.state.protections.get(&key).map(|o| o.passed);
-        self.state.protections.insert(
-            key.clone(),
-            ProtectionObservation {
-                at: self.now,
-                version: flight.version.clone(),
-                passed,
-                summary: summary.clone(),
-            },
-        );
-        // Routine passing checks would flood the audit trail; changes do not.
-        if before != Some(passed) {
-            self.event(
-                EventKind::ProtectionChanged {
-                    protection: key.clone(),
-                    passed,
-                },
-                format!(
-                    "protection {key} {}",
-                    if passed {
-                        "passes".to_owned()
-                    } else {
-                        format!("fails: {summary}")
-                    }
-                ),
-            );
-        }
-    }
-
-    fn absorb_info(&mut self, result: &JobResult) {
-        #[derive(serde::Deserialize)]
-        struct InfoDoc {
-            outputs: Vec<InfoOutput>,
-        }
-        self.state.info_at = Some(self.now);
-        self.state.info = if !result.exited_with(0) {
-            vec![InfoOutput {
-                name: "getInfo".into(),
-                text: format!("getInfo {}", result.describe()),
-            }]
-        } else {
-            match serde_json::from_str::<InfoDoc>(&result.stdout) {
-                Ok(doc) => doc.outputs,
-                Err(e) => vec![InfoOutput {
-                    name: "getInfo".into(),
-                    text: format!(
-                        "getInfo printed something other than {{\"outputs\":[{{\"name\",\"text\"}}]}}: {e}"
-                    ),
-                }],
-            }
-        };
-    }
-
-    fn job_finished_event(&mut self, flight: &InFlightJob, result: &JobResult, message: String) {
-        self.event(
-            EventKind::JobFinished {
-                job_id: flight.job_id.clone(),
-                job: flight.kind,
-                outcome: result.outcome.clone(),
-                exit_code: result.exit_code,
-            },
-            message,
-        );
-    }
-
-    fn absorb_apply(
-        &mut self,
-        spec: &CompiledInstance,
-        flight: &InFlightJob,
-        result: &JobResult,
-        stale: bool,
-    ) {
-        let took = human(SignedDuration::from_millis(result.duration_ms as i64));
-        let what = format!("apply of {} (attempt {})", flight.version, flight.attempt);
-        if result.exited_with(0) {
-            self.job_finished_event(flight, result, format!("{what} succeeded in {took}"));
-            if stale {
-                // An older version finished while a newer one was pushed;
-                // without a fetch, applying is all we know of the runtime.
-                if spec.fetch.is_none() {
-                    self.state.current_version = Some(flight.version.clone());
-                }
-                return;
-            }
-            let target = self.target();
-            target.applied_at = Some(result.finished_at);
-            target.applied_seq = Some(flight.seq);
-            target.retry_at = None;
-            target.retryable_exits = 0;
-            if spec.fetch.is_none() {
-                self.converged(spec);
-            }
-            return;
-        }
-        let retryable = result.outcome == JobOutcome::Exited
-            && result
-                .exit_code
-                .is_some_and(|c| spec.apply.retryable_exit_codes.contains(&c));
-        if stale {
-            self.job_finished_event(flight, result, format!("{what} {}", result.describe()));
-            return;
-        }
-        if retryable {
-            let policy = spec.apply.retry_policy;
-            let now = self.now;
-            let target = self.target();
-            target.retryable_exits += 1;
-            let retry_at = after(now, policy.backoff(target.retryable_exits));
-            target.retry_at = Some(retry_at);
-            target.last_failure = Some(format!("{what} {} (retryable)", result.describe()));
-            self.job_finished_event(
-                flight,
-                result,
-                format!(
-                    "{what} {}, which runtime {} marks retryable; retrying at {}",
-                    result.describe(),
-                    spec.runtime,
-                    moment(retry_at)
-                ),
-            );
-            return;
-        }
-        let failure = format!("{what} {}", result.describe());
-        self.job_finished_event(flight, result, failure.clone());
-        self.count_failure(spec, failure);
-        // A lost apply may well have run: look before applying again.
-        if result.outcome == JobOutcome::Lost && spec.fetch.is_some() {
-            self.state.checks_requested = true;
-            if let Some(target) = self.state.target.as_mut() {
-                target.retry_at = None;
-            }
-        }
-    }
-
-    /// Counts a failed attempt against the retry policy: wait and retry, or
-    /// give up on this version.
-    fn count_failure(&mut self, spec: &CompiledInstance, failure: String) {
-        let policy = spec.apply.retry_policy;
-        let now = self.now;
-        let target = self.target();
-        target.apply_failures += 1;
-        target.applied_seq = None;
-        target.last_failure = Some(failure.clone());
-        if target.apply_failures >= policy.max_attempts {
-            target.failed = Some(format!(
-                "{failure}; gave up after {} failed attempt(s) (retryPolicy.maxAttempts); \
-                 a new version, a config change or `vergence up` retries",
-                target.apply_failures
-            ));
-            target.retry_at = None;
-        } else {
-            target.retry_at = Some(after(now, policy.backoff(target.apply_failures)));
-        }
-    }
-
-    fn absorb_fetch(
-        &mut self,
-        spec: &CompiledInstance,
-        flight: &InFlightJob,
-        result: &JobResult,
-        stale: bool,
-    ) {
-        let Some(fetch) = &spec.fetch else { return };
-        let (verdict, summary) = fetch::interpret(fetch.mode, result, &flight.version);
-        let previous = self.state.last_fetch.as_ref().map(|o| o.verdict);
-        self.state.last_fetch = Some(FetchObservation {
-            at: self.now,
-            seq: flight.seq,
-            version: flight.version.clone(),
-            verdict,
-            summary: summary.clone(),
-        });
-        // A plan is handed to the apply of the same version; an approval
-        // binds to its digest, so a new plan needs a new approval.
-        if !fetch.job.outputs.is_empty() && result.outcome == JobOutcome::Exited {
-            self.state.plan = (!result.outputs.is_empty()).then(|| {
-                PlanRecord::new(
-                    flight.version.clone(),
-                    flight.seq,
-                    self.now,
-                    result.outputs.clone(),
-                )
-            });
-        }
-        if stale {
-            return;
-        }
-        let target = self.target();
-        if verdict == FetchVerdict::Error {
-            target.fetch_failures += 1;
-        } else {
-            target.fetch_failures = 0;
-        }
-        let rollout_failed = verdict == FetchVerdict::Failed && target.applied_seq.is_some();
-        // Steady-state checks that see nothing new would flood the audit
-        // trail; record fetches that change the picture or fail.
-        if verdict == FetchVerdict::Error || previous != Some(verdict) {
-            self.job_finished_event(flight, result, format!("fetch: {summary}"));
-        }
-        if rollout_failed {
-            self.count_failure(
-                spec,
-                format!("the rollout of {} failed: {summary}", flight.version),
             );
         }
     }
@@ -580,10 +244,6 @@ impl Decider<'_> {
             return;
         }
         self.check_at(due);
-        let grace_end = target
-            .apply_started_at
-            .map(|started| after(started, spec.convergence_grace_period));
-        let grace_over = grace_end.is_some_and(|end| self.now >= end);
         match observation.verdict {
             FetchVerdict::Converged => {
                 self.converged(spec);
@@ -593,54 +253,70 @@ impl Decider<'_> {
                 if target.applied_seq.is_some()
                     || observation.verdict == FetchVerdict::InProgress =>
             {
-                if grace_over && target.applied_seq.is_some() {
-                    self.count_failure(
-                        spec,
-                        format!(
-                            "{} did not converge within the convergence grace period ({}) of its apply: {}",
-                            spec.version,
-                            human(spec.convergence_grace_period),
-                            observation.summary
-                        ),
-                    );
-                    return self.evaluate_after_failure(spec);
-                }
-                // The grace period only runs while an apply is verified; after
-                // a failed or lost apply its end is past and means nothing.
-                let grace_end = grace_end.filter(|_| target.applied_seq.is_some());
-                let until = grace_end
-                    .map(|end| format!("; waiting until {}", moment(end)))
-                    .unwrap_or_default();
-                if let Some(end) = grace_end {
-                    self.check_at(end);
-                }
-                self.set_status(
-                    Status::Verifying,
-                    format!("{}{until}", observation.summary),
-                    None,
-                );
+                self.verifying(spec, target, &observation.summary);
             }
             FetchVerdict::NeedsApply | FetchVerdict::Failed | FetchVerdict::InProgress => {
                 let drift = self.state.current_version.as_ref() == Some(&spec.version);
                 self.want_apply(spec, target, Some((drift, observation.summary.clone())));
             }
-            FetchVerdict::Error => {
-                let max = spec.apply.retry_policy.max_attempts;
-                let message = format!("{}; fetching again at {}", observation.summary, moment(due));
-                if target.fetch_failures >= max {
-                    self.set_status(
-                        Status::Failed,
-                        format!(
-                            "fetch failed {} times in a row: {message}",
-                            target.fetch_failures
-                        ),
-                        None,
-                    );
-                } else {
-                    let status = self.state.status;
-                    self.set_status(status, message, None);
-                }
-            }
+            FetchVerdict::Error => self.fetch_failed(spec, target, &observation.summary, due),
+        }
+    }
+
+    /// The runtime is not there yet but getting there (or an apply is being
+    /// verified): wait, unless the apply's convergence grace period is over,
+    /// which counts as a failed attempt.
+    fn verifying(&mut self, spec: &CompiledInstance, target: &TargetProgress, summary: &str) {
+        let grace_end = target
+            .apply_started_at
+            .map(|started| after(started, spec.convergence_grace_period));
+        let grace_over = grace_end.is_some_and(|end| self.now >= end);
+        if grace_over && target.applied_seq.is_some() {
+            self.count_failure(
+                spec,
+                format!(
+                    "{} did not converge within the convergence grace period ({}) of its apply: {summary}",
+                    spec.version,
+                    human(spec.convergence_grace_period),
+                ),
+            );
+            return self.evaluate_after_failure(spec);
+        }
+        // The grace period only runs while an apply is verified; after
+        // a failed or lost apply its end is past and means nothing.
+        let grace_end = grace_end.filter(|_| target.applied_seq.is_some());
+        let until = grace_end
+            .map(|end| format!("; waiting until {}", moment(end)))
+            .unwrap_or_default();
+        if let Some(end) = grace_end {
+            self.check_at(end);
+        }
+        self.set_status(Status::Verifying, format!("{summary}{until}"), None);
+    }
+
+    /// The fetch itself failed: it runs again at `due`; too many failures
+    /// in a row fail the instance (never its version: nothing was seen).
+    fn fetch_failed(
+        &mut self,
+        spec: &CompiledInstance,
+        target: &TargetProgress,
+        summary: &str,
+        due: Timestamp,
+    ) {
+        let max = spec.apply.retry_policy.max_attempts;
+        let message = format!("{summary}; fetching again at {}", moment(due));
+        if target.fetch_failures >= max {
+            self.set_status(
+                Status::Failed,
+                format!(
+                    "fetch failed {} times in a row: {message}",
+                    target.fetch_failures
+                ),
+                None,
+            );
+        } else {
+            let status = self.state.status;
+            self.set_status(status, message, None);
         }
     }
 
@@ -667,68 +343,13 @@ impl Decider<'_> {
             .as_ref()
             .filter(|(drift, _)| *drift)
             .map(|(_, s)| s.clone());
-        if let Some(seen) = &drift {
-            if matches!(self.state.status, Status::Converged) {
-                self.event(
-                    EventKind::DriftDetected {
-                        version: spec.version.clone(),
-                    },
-                    format!("drift detected on {}: {seen}", spec.version),
-                );
-            }
-            if spec.drift_policy == DriftPolicy::DetectOnly {
-                self.set_status(
-                    Status::Drifted,
-                    format!(
-                        "drift detected on {} (driftPolicy detectOnly, not applying): {seen}",
-                        spec.version
-                    ),
-                    None,
-                );
-                return;
-            }
+        if let Some(seen) = &drift
+            && !self.remediate(spec, seen)
+        {
+            return;
         }
-        match gates::evaluate(spec, self.facts, &self.state, self.controls) {
-            Gate::Open => {}
-            Gate::Closed {
-                status,
-                reason,
-                wait,
-                recheck_at,
-            } => {
-                let reason = match &drift {
-                    Some(seen) => format!("drifted ({seen}); {reason}"),
-                    None => reason,
-                };
-                self.set_status(status, reason, Some(wait));
-                if let Some(at) = recheck_at {
-                    self.check_at(at);
-                }
-                return;
-            }
-            Gate::Check { protection } => {
-                let status = match self.state.status {
-                    Status::Converged | Status::Failed | Status::RolledBack => Status::Pending,
-                    other => other,
-                };
-                self.set_status(
-                    status,
-                    format!(
-                        "checking protection {protection} before applying {}",
-                        spec.version
-                    ),
-                    None,
-                );
-                self.dispatch_protection(spec, &protection);
-                return;
-            }
-            Gate::Fail { reason } => {
-                let target = self.target();
-                target.failed = Some(reason.clone());
-                target.retry_at = None;
-                self.set_status(Status::Failed, reason, None);
-                return;
-            }
+        if !self.gates_open(spec, drift.as_deref()) {
+            return;
         }
         if let Some(retry_at) = target.retry_at.filter(|at| *at > self.now) {
             let last = target.last_failure.clone().unwrap_or_default();
@@ -748,353 +369,77 @@ impl Decider<'_> {
         self.dispatch_apply(spec, why);
     }
 
-    /// Whether a job on `job`'s runner can start now; when it cannot, the
-    /// instance waits BLOCKED with the runner's reason and looks again soon,
-    /// without counting an attempt.
-    fn runner_ready(&mut self, job: &JobSpec) -> bool {
-        let Some(reason) = self.facts.unavailable(&job.runner) else {
-            return true;
-        };
-        let until = after(self.now, RUNNER_RECHECK);
-        let reason = format!("waiting for the {} runner: {reason}", job.runner.name());
-        self.set_status(Status::Blocked, reason, Some(WaitCause::Time { until }));
-        self.check_at(until);
+    /// Drift on a converged instance is recorded; whether it is remediated
+    /// is the drift policy's call (`detectOnly` leaves it DRIFTED).
+    fn remediate(&mut self, spec: &CompiledInstance, seen: &str) -> bool {
+        if matches!(self.state.status, Status::Converged) {
+            self.event(
+                EventKind::DriftDetected {
+                    version: spec.version.clone(),
+                },
+                format!("drift detected on {}: {seen}", spec.version),
+            );
+        }
+        if spec.drift_policy == DriftPolicy::DetectOnly {
+            self.set_status(
+                Status::Drifted,
+                format!(
+                    "drift detected on {} (driftPolicy detectOnly, not applying): {seen}",
+                    spec.version
+                ),
+                None,
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Whether every gate is open. When one is not, the instance shows it:
+    /// it waits, runs the protection check the gate needs, or fails.
+    fn gates_open(&mut self, spec: &CompiledInstance, drift: Option<&str>) -> bool {
+        match gates::evaluate(spec, self.facts, &self.state, self.controls) {
+            Gate::Open => return true,
+            Gate::Closed {
+                status,
+                reason,
+                wait,
+                recheck_at,
+            } => {
+                let reason = match drift {
+                    Some(seen) => format!("drifted ({seen}); {reason}"),
+                    None => reason,
+                };
+                self.set_status(status, reason, Some(wait));
+                if let Some(at) = recheck_at {
+                    self.check_at(at);
+                }
+            }
+            Gate::Check { protection } => {
+                let status = match self.state.status {
+                    Status::Converged | Status::Failed | Status::RolledBack => Status::Pending,
+                    other => other,
+                };
+                self.set_status(
+                    status,
+                    format!(
+                        "checking protection {protection} before applying {}",
+                        spec.version
+                    ),
+                    None,
+                );
+                self.dispatch_protection(spec, &protection);
+            }
+            Gate::Fail { reason } => self.fail_version(reason),
+        }
         false
     }
 
-    fn dispatch_apply(&mut self, spec: &CompiledInstance, why: String) {
-        if !self.runner_ready(&spec.apply.job) {
-            return;
-        }
-        let now = self.now;
+    /// The version fails here for good: no retry; a rollback may follow.
+    fn fail_version(&mut self, reason: String) {
         let target = self.target();
-        target.apply_attempts += 1;
-        target.apply_started_at = Some(now);
-        target.applied_seq = None;
+        target.failed = Some(reason.clone());
         target.retry_at = None;
-        let attempt = target.apply_attempts;
-        let job = self.new_job(spec, JobKind::Apply, &spec.apply.job, attempt);
-        self.event(
-            EventKind::JobStarted {
-                job_id: job.id.clone(),
-                job: JobKind::Apply,
-                attempt,
-            },
-            format!("apply of {} started (attempt {attempt}){why}", spec.version),
-        );
-        self.set_status(
-            Status::Applying,
-            format!("applying {} (attempt {attempt}){why}", spec.version),
-            None,
-        );
-        self.jobs.push(job);
-    }
-
-    fn dispatch_fetch(&mut self, spec: &CompiledInstance, fetch: &FetchSpec, verify: bool) {
-        if !self.runner_ready(&fetch.job) {
-            return;
-        }
-        self.state.checks_requested = false;
-        let attempt = self.state.target.as_ref().map_or(0, |t| t.fetch_failures) + 1;
-        let job = self.new_job(spec, JobKind::Fetch, &fetch.job, attempt);
-        if verify {
-            self.set_status(
-                Status::Verifying,
-                format!("checking that {} converged after its apply", spec.version),
-                None,
-            );
-        } else if self.state.status == Status::Pending {
-            self.set_status(
-                Status::Pending,
-                format!("checking the runtime for {}", spec.version),
-                None,
-            );
-        }
-        self.jobs.push(job);
-    }
-
-    fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &ProtectionKey) {
-        let Some(protection) = spec.protections.iter().find(|p| &p.key() == key) else {
-            return;
-        };
-        let ProtectionCheck::Job { job } = &protection.check else {
-            return;
-        };
-        if !self.runner_ready(job) {
-            return;
-        }
-        let job = self.new_job(spec, JobKind::Protection, job, 1);
-        if let Some(flight) = self.state.in_flight.as_mut() {
-            flight.protection = Some(key.clone());
-        }
-        self.jobs.push(job);
-    }
-
-    /// After convergence: post-deployment checks run from `delay` after
-    /// converging, at their poll interval, until `duration` has passed with
-    /// no failure. Only then is the version good here (promotable, and where
-    /// a later rollback goes).
-    fn post_deployment(&mut self, spec: &CompiledInstance) {
-        if self.state.rollback.is_some() {
-            return;
-        }
-        let checks: Vec<CompiledProtection> = spec
-            .protections_at(LifecycleKind::PostDeployment)
-            .cloned()
-            .collect();
-        if checks.is_empty() {
-            self.state.post_deployment = None;
-            self.mark_good(spec);
-            return;
-        }
-        let progress = match &self.state.post_deployment {
-            Some(p) if p.version == spec.version => p.clone(),
-            _ => {
-                let p = PostDeployment {
-                    version: spec.version.clone(),
-                    converged_at: self.state.converged_at.unwrap_or(self.now),
-                    passed_at: None,
-                };
-                self.state.post_deployment = Some(p.clone());
-                p
-            }
-        };
-        if progress.passed_at.is_some() {
-            return;
-        }
-        let mut notes = Vec::new();
-        let mut all_done = true;
-        for check in &checks {
-            let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
-                continue;
-            };
-            let start = after(progress.converged_at, delay);
-            let end = after(start, duration);
-            if self.now < start {
-                all_done = false;
-                self.check_at(start);
-                notes.push(format!("{} starts at {}", check.name, moment(start)));
-                continue;
-            }
-            let seen = self
-                .state
-                .protections
-                .get(&check.key())
-                .filter(|o| o.version == spec.version && o.at >= start)
-                .cloned();
-            let run_at = match &seen {
-                Some(o) if !o.passed => {
-                    let failure = format!(
-                        "post-deployment check {} of {} failed: {}",
-                        check.name, spec.version, o.summary
-                    );
-                    let target = self.target();
-                    target.failed = Some(failure.clone());
-                    target.retry_at = None;
-                    self.set_status(Status::Failed, failure, None);
-                    return;
-                }
-                Some(o) if o.at >= end => {
-                    notes.push(format!("{} passed", check.name));
-                    continue;
-                }
-                Some(o) => {
-                    notes.push(format!(
-                        "{} passing for {} of {}",
-                        check.name,
-                        human(o.at.duration_since(start)),
-                        human(duration)
-                    ));
-                    after(o.at, check.poll_interval).min(end)
-                }
-                None => {
-                    notes.push(format!("{} running", check.name));
-                    self.now
-                }
-            };
-            all_done = false;
-            if self.now >= run_at {
-                if self.state.in_flight.is_none() {
-                    self.dispatch_protection(spec, &check.key());
-                }
-            } else {
-                self.check_at(run_at);
-            }
-        }
-        if all_done {
-            if let Some(p) = self.state.post_deployment.as_mut() {
-                p.passed_at = Some(self.now);
-            }
-            self.event(
-                EventKind::ChecksPassed {
-                    version: spec.version.clone(),
-                },
-                format!(
-                    "post-deployment checks of {} passed: {}",
-                    spec.version,
-                    notes.join(", ")
-                ),
-            );
-            self.mark_good(spec);
-            self.set_status(
-                Status::Converged,
-                format!("converged on {}", spec.version),
-                None,
-            );
-        } else {
-            self.set_status(
-                Status::Converged,
-                format!(
-                    "converged on {}; post-deployment checks: {}",
-                    spec.version,
-                    notes.join(", ")
-                ),
-                None,
-            );
-        }
-    }
-
-    /// Remembers a version that converged and passed its checks.
-    fn mark_good(&mut self, spec: &CompiledInstance) {
-        if self.state.rollback.is_some()
-            || self
-                .state
-                .last_good
-                .as_ref()
-                .is_some_and(|g| g.version == spec.version && g.apply == spec.apply)
-        {
-            return;
-        }
-        self.state.previous_good = self.state.last_good.take();
-        self.state.last_good = Some(Box::new(RollbackTarget {
-            version: spec.version.clone(),
-            apply: spec.apply.clone(),
-            fetch: spec.fetch.clone(),
-        }));
-    }
-
-    /// Runs getInfo at its interval when nothing else is running; its
-    /// outputs are for people and never change convergence.
-    fn get_info(&mut self, spec: &CompiledInstance) {
-        let Some(info) = &spec.get_info else {
-            return;
-        };
-        let due = self
-            .state
-            .info_at
-            .map_or(self.now, |at| after(at, info.poll_interval));
-        if self.now < due {
-            self.check_at(due);
-        } else if self.jobs.is_empty()
-            && self.state.in_flight.is_none()
-            && self.facts.unavailable(&info.job.runner).is_none()
-        {
-            let job = self.new_job(spec, JobKind::GetInfo, &info.job, 1);
-            self.jobs.push(job);
-        }
-    }
-
-    fn new_job(
-        &mut self,
-        spec: &CompiledInstance,
-        kind: JobKind,
-        job_spec: &JobSpec,
-        attempt: u32,
-    ) -> JobRecord {
-        self.state.job_seq += 1;
-        let seq = self.state.job_seq;
-        // The time is part of the id so an instance removed and added again
-        // never reuses the id of an old job.
-        let digest = hash_fields([
-            self.key.storage_id().as_bytes(),
-            spec.version.as_str().as_bytes(),
-            kind.as_str().as_bytes(),
-            seq.to_string().as_bytes(),
-            self.now.as_millisecond().to_string().as_bytes(),
-        ]);
-        let id = JobId(format!(
-            "{}-{}",
-            kind.as_str().to_lowercase(),
-            &digest[..20]
-        ));
-        let deadline = after(after(self.now, job_spec.timeout), LOST_JOB_SLACK);
-        self.state.in_flight = Some(InFlightJob {
-            job_id: id.clone(),
-            seq,
-            kind,
-            version: spec.version.clone(),
-            attempt,
-            dispatched_at: self.now,
-            deadline,
-            protection: None,
-        });
-        // The apply of a version gets the plan its fetch produced.
-        let inputs = match (&self.state.plan, kind) {
-            (Some(plan), JobKind::Apply) if plan.version == spec.version => plan.artifacts.clone(),
-            _ => Vec::new(),
-        };
-        self.check_at(deadline);
-        JobRecord {
-            id,
-            instance: self.key.clone(),
-            ids: spec.ids.clone(),
-            kind,
-            version: spec.version.clone(),
-            attempt,
-            spec: job_spec.clone(),
-            workspace_root: spec.workspace_root.clone(),
-            inputs,
-            created_at: self.now,
-            deadline,
-            state: JobState::Created,
-        }
-    }
-
-    /// During a rollback the usual statuses read as ROLLING_BACK, and
-    /// converging on the old version as ROLLED_BACK.
-    fn rollback_status(&mut self, before: Status) {
-        let Some(rollback) = self.state.rollback.clone() else {
-            return;
-        };
-        let why = match &rollback.requested_by {
-            Some(actor) => format!(
-                "{actor} asked to roll back from {}",
-                rollback.failed_version
-            ),
-            None => format!("{} failed ({})", rollback.failed_version, rollback.reason),
-        };
-        match self.state.status {
-            Status::Converged => {
-                if before != Status::RolledBack {
-                    self.event(
-                        EventKind::RolledBack {
-                            to: rollback.to.version.clone(),
-                        },
-                        format!("rolled back to {}: {why}", rollback.to.version),
-                    );
-                }
-                self.state.status = Status::RolledBack;
-                self.state.reason = format!(
-                    "rolled back to {}: {why}; push a new version to move on",
-                    rollback.to.version
-                );
-                self.state.wait = Some(WaitCause::Release);
-            }
-            Status::Failed => {
-                self.state.reason = format!(
-                    "rollback to {} failed too: {}",
-                    rollback.to.version, self.state.reason
-                );
-            }
-            Status::Paused | Status::Drifted | Status::RolledBack => {}
-            _ => {
-                self.state.status = Status::RollingBack;
-                self.state.reason = format!(
-                    "rolling back to {} after {why}: {}",
-                    rollback.to.version, self.state.reason
-                );
-            }
-        }
+        self.set_status(Status::Failed, reason, None);
     }
 
     fn converged(&mut self, spec: &CompiledInstance) {

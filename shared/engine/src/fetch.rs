@@ -116,52 +116,8 @@ pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
     let mut verdict = FetchVerdict::Converged;
     let mut notes = Vec::new();
     for object in &output.objects {
-        let status = object.status.unwrap_or(ObjectStatus::Pending);
-        let active: Vec<&VersionState> = object.versions.iter().filter(|v| v.active).collect();
-        let message = object
-            .message
-            .as_deref()
-            .map(|m| format!(" ({m})"))
-            .unwrap_or_default();
-        let (object_verdict, note) = match (status, active.as_slice()) {
-            (ObjectStatus::Failed, _) => (
-                FetchVerdict::Failed,
-                format!("{} FAILED{message}", object.name),
-            ),
-            (_, [one]) if one.version == version && one.drifted => (
-                FetchVerdict::NeedsApply,
-                format!("{} drifted from {version}{message}", object.name),
-            ),
-            (ObjectStatus::Succeeded, [one]) if one.version == version => {
-                (FetchVerdict::Converged, String::new())
-            }
-            (ObjectStatus::Pending, [one]) if one.version == version => (
-                FetchVerdict::InProgress,
-                format!("{} is rolling out {version}{message}", object.name),
-            ),
-            (_, []) => (
-                FetchVerdict::NeedsApply,
-                format!("{} has no active version (desired {version})", object.name),
-            ),
-            (_, [one]) => (
-                FetchVerdict::NeedsApply,
-                format!("{} runs {} (desired {version})", object.name, one.version),
-            ),
-            (_, several) => (
-                FetchVerdict::NeedsApply,
-                format!(
-                    "{} has {} active versions ({}), desired only {version}",
-                    object.name,
-                    several.len(),
-                    several
-                        .iter()
-                        .map(|v| v.version.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ),
-        };
-        verdict = worst(verdict, object_verdict);
+        let (seen, note) = object_verdict(object, version);
+        verdict = worst(verdict, seen);
         if !note.is_empty() {
             notes.push(note);
         }
@@ -172,6 +128,55 @@ pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
         notes.join("; ")
     };
     (verdict, summary)
+}
+
+/// One object's verdict, with a note unless it runs the desired version.
+fn object_verdict(object: &ObjectState, version: &str) -> (FetchVerdict, String) {
+    let status = object.status.unwrap_or(ObjectStatus::Pending);
+    let active: Vec<&VersionState> = object.versions.iter().filter(|v| v.active).collect();
+    let message = object
+        .message
+        .as_deref()
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    match (status, active.as_slice()) {
+        (ObjectStatus::Failed, _) => (
+            FetchVerdict::Failed,
+            format!("{} FAILED{message}", object.name),
+        ),
+        (_, [one]) if one.version == version && one.drifted => (
+            FetchVerdict::NeedsApply,
+            format!("{} drifted from {version}{message}", object.name),
+        ),
+        (ObjectStatus::Succeeded, [one]) if one.version == version => {
+            (FetchVerdict::Converged, String::new())
+        }
+        (ObjectStatus::Pending, [one]) if one.version == version => (
+            FetchVerdict::InProgress,
+            format!("{} is rolling out {version}{message}", object.name),
+        ),
+        (_, []) => (
+            FetchVerdict::NeedsApply,
+            format!("{} has no active version (desired {version})", object.name),
+        ),
+        (_, [one]) => (
+            FetchVerdict::NeedsApply,
+            format!("{} runs {} (desired {version})", object.name, one.version),
+        ),
+        (_, several) => (
+            FetchVerdict::NeedsApply,
+            format!(
+                "{} has {} active versions ({}), desired only {version}",
+                object.name,
+                several.len(),
+                several
+                    .iter()
+                    .map(|v| v.version.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+    }
 }
 
 /// Combines verdicts of several objects: failure beats change beats progress.

@@ -1,14 +1,16 @@
-//! Gates an apply must pass: preconditions (upstream release channel
-//! stable, manual approval) and the runtime's approval-before-apply. Every
-//! closed gate says why, what it waits on and when to look again.
+//! Gates an apply must pass: the pause, preconditions (upstream release
+//! channel stable, manual approval), the runtime's approval-before-apply,
+//! time windows and protections. Every closed gate says why, what it waits
+//! on and when to look again.
 
 use jiff::{SignedDuration, Timestamp};
 
 use super::Facts;
+use super::windows::{self, WindowVerdict};
 use vergence_model::{
     Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
-    InstanceRecord, InstanceState, Lifecycle, LifecycleKind, Precondition, ProtectionCheck,
-    ProtectionKey, ReleaseChannelName, Status, Version, WaitCause, WindowVerdict,
+    InstanceRecord, InstanceState, Lifecycle, LifecycleKind, PlanRecord, Precondition,
+    ProtectionCheck, ProtectionKey, ReleaseChannelName, Status, Version, WaitCause,
 };
 
 /// What a step needs to know about another release channel of the service.
@@ -94,43 +96,10 @@ pub fn all(
     state: &InstanceState,
     controls: &InstanceControls,
 ) -> Vec<(String, Gate)> {
-    let mut gates = Vec::new();
-    let paused = match &controls.paused {
-        Some(paused) => Gate::Closed {
-            status: Status::Paused,
-            reason: format!(
-                "paused by {} at {}; fetches go on, applies wait (vergence resume --app {} --service {} --release-channel {})",
-                paused.actor,
-                super::moment(paused.at),
-                spec.key.application,
-                spec.key.service,
-                spec.key.release_channel
-            ),
-            wait: WaitCause::Person,
-            recheck_at: None,
-        },
-        None => Gate::Open,
-    };
-    gates.push(("pause".to_owned(), paused));
-    let version = &spec.version;
-    let plan = state.plan.as_ref().filter(|p| &p.version == version);
-    let approved = |a: &&Approval| {
-        &a.version == version
-            && plan.is_none_or(|p| a.plan_sha256.as_deref() == Some(p.sha256.as_str()))
-    };
-    let what = match plan {
-        Some(p) => format!("{version} with plan {}", p.short()),
-        None => version.to_string(),
-    };
-    let approve_cmd = format!(
-        "vergence approve --app {} --release-channel {} --service {}",
-        spec.key.application, spec.key.release_channel, spec.key.service
-    );
-    let pre_approval = |gates: &mut Vec<(String, Gate)>| {
-        for (name, gate) in protections(spec, LifecycleKind::PreApproval, facts, state) {
-            gates.push((name, gate));
-        }
-    };
+    let wanted = Approvable::of(spec, state);
+    let mut gates = vec![("pause".to_owned(), pause(spec, controls))];
+    // Pre-approval protections run just before the first manual approval,
+    // or after the preconditions when there is none.
     let mut pre_approval_done = false;
     for precondition in &spec.preconditions {
         match precondition {
@@ -139,70 +108,158 @@ pub fn all(
                 duration,
             } => gates.push((
                 format!("releaseChannelStable {release_channel}"),
-                stable(release_channel, *duration, version, facts),
+                stable(release_channel, *duration, &spec.version, facts),
             )),
             Precondition::ManualApproval { name } => {
                 if !pre_approval_done {
                     pre_approval_done = true;
-                    pre_approval(&mut gates);
+                    gates.extend(protections(spec, LifecycleKind::PreApproval, facts, state));
                 }
-                let gate = if facts.approvals.iter().any(|a| approved(&a)) {
-                    Gate::Open
-                } else {
-                    Gate::Closed {
-                        status: Status::WaitingApproval,
-                        reason: format!(
-                            "waiting for manual approval {name} of {what} ({approve_cmd})"
-                        ),
-                        wait: WaitCause::Person,
-                        recheck_at: None,
-                    }
-                };
-                gates.push((format!("manualApproval {name}"), gate));
+                gates.push((
+                    format!("manualApproval {name}"),
+                    manual_approval(name, &wanted, spec, facts),
+                ));
             }
         }
     }
     if !pre_approval_done {
-        pre_approval(&mut gates);
+        gates.extend(protections(spec, LifecycleKind::PreApproval, facts, state));
     }
     if spec.require_approval_before_apply {
-        let gate = if facts.approvals.iter().any(|a| approved(&a)) {
-            Gate::Open
-        } else {
-            let show = if plan.is_some() {
-                format!(
-                    "; see the plan with vergence status --service {}",
-                    spec.key.service
-                )
-            } else {
-                String::new()
-            };
-            Gate::Closed {
-                status: Status::WaitingApproval,
-                reason: format!(
-                    "runtime {} requires approval before applying {what} ({approve_cmd}){show}",
-                    spec.runtime
-                ),
-                wait: WaitCause::Person,
-                recheck_at: None,
-            }
-        };
-        gates.push(("requireApprovalBeforeApply".to_owned(), gate));
+        gates.push((
+            "requireApprovalBeforeApply".to_owned(),
+            approval_before_apply(&wanted, spec, facts),
+        ));
     }
     if !spec.windows.is_empty() {
-        let gate = match spec.windows.evaluate(facts.now) {
-            WindowVerdict::Open { .. } => Gate::Open,
-            WindowVerdict::Closed { reason, opens_at } => Gate::Closed {
-                status: Status::Blocked,
-                reason: format!("blocked: {reason}"),
-                wait: opens_at.map_or(WaitCause::Person, |until| WaitCause::Time { until }),
-                recheck_at: opens_at,
-            },
-        };
-        gates.push(("time windows".to_owned(), gate));
+        gates.push(("time windows".to_owned(), time_windows(spec, facts.now)));
     }
     gates.extend(protections(spec, LifecycleKind::Deployment, facts, state));
     gates
+}
+
+/// A paused instance fetches but does not apply until someone resumes it.
+fn pause(spec: &CompiledInstance, controls: &InstanceControls) -> Gate {
+    let Some(paused) = &controls.paused else {
+        return Gate::Open;
+    };
+    Gate::Closed {
+        status: Status::Paused,
+        reason: format!(
+            "paused by {} at {}; fetches go on, applies wait (vergence resume --app {} --service {} --release-channel {})",
+            paused.actor,
+            super::moment(paused.at),
+            spec.key.application,
+            spec.key.service,
+            spec.key.release_channel
+        ),
+        wait: WaitCause::Person,
+        recheck_at: None,
+    }
+}
+
+/// What an approval must name: the desired version and, when its fetch
+/// produced a plan, that exact plan (a new plan needs a new approval).
+struct Approvable<'a> {
+    version: &'a Version,
+    plan: Option<&'a PlanRecord>,
+}
+
+impl<'a> Approvable<'a> {
+    fn of(spec: &'a CompiledInstance, state: &'a InstanceState) -> Self {
+        let version = &spec.version;
+        Self {
+            version,
+            plan: state.plan.as_ref().filter(|p| &p.version == version),
+        }
+    }
+
+    fn approved(&self, facts: &Facts) -> bool {
+        facts.approvals.iter().any(|a: &Approval| {
+            &a.version == self.version
+                && self
+                    .plan
+                    .is_none_or(|p| a.plan_sha256.as_deref() == Some(p.sha256.as_str()))
+        })
+    }
+
+    /// "v2", or "v2 with plan 1a2b3c4d".
+    fn what(&self) -> String {
+        match self.plan {
+            Some(p) => format!("{} with plan {}", self.version, p.short()),
+            None => self.version.to_string(),
+        }
+    }
+}
+
+/// The command that gives the approval, for reasons.
+fn approve_command(spec: &CompiledInstance) -> String {
+    format!(
+        "vergence approve --app {} --release-channel {} --service {}",
+        spec.key.application, spec.key.release_channel, spec.key.service
+    )
+}
+
+fn manual_approval(
+    name: &str,
+    wanted: &Approvable<'_>,
+    spec: &CompiledInstance,
+    facts: &Facts,
+) -> Gate {
+    if wanted.approved(facts) {
+        return Gate::Open;
+    }
+    Gate::Closed {
+        status: Status::WaitingApproval,
+        reason: format!(
+            "waiting for manual approval {name} of {} ({})",
+            wanted.what(),
+            approve_command(spec)
+        ),
+        wait: WaitCause::Person,
+        recheck_at: None,
+    }
+}
+
+/// The runtime's `requireApprovalBeforeApply`: the same approval as a
+/// manual approval, pointing at the plan to read first when there is one.
+fn approval_before_apply(wanted: &Approvable<'_>, spec: &CompiledInstance, facts: &Facts) -> Gate {
+    if wanted.approved(facts) {
+        return Gate::Open;
+    }
+    let show = if wanted.plan.is_some() {
+        format!(
+            "; see the plan with vergence status --service {}",
+            spec.key.service
+        )
+    } else {
+        String::new()
+    };
+    Gate::Closed {
+        status: Status::WaitingApproval,
+        reason: format!(
+            "runtime {} requires approval before applying {} ({}){show}",
+            spec.runtime,
+            wanted.what(),
+            approve_command(spec)
+        ),
+        wait: WaitCause::Person,
+        recheck_at: None,
+    }
+}
+
+/// Allowed windows and freezes: closed, the instance waits until the
+/// windows open (or for a person when they do not open within the horizon).
+fn time_windows(spec: &CompiledInstance, now: Timestamp) -> Gate {
+    match windows::evaluate(&spec.windows, now) {
+        WindowVerdict::Open { .. } => Gate::Open,
+        WindowVerdict::Closed { reason, opens_at } => Gate::Closed {
+            status: Status::Blocked,
+            reason: format!("blocked: {reason}"),
+            wait: opens_at.map_or(WaitCause::Person, |until| WaitCause::Time { until }),
+            recheck_at: opens_at,
+        },
+    }
 }
 
 fn stable(

@@ -14,8 +14,11 @@ pub mod control;
 mod decide;
 pub mod fetch;
 pub mod gates;
+mod post_deployment;
+mod rollback;
 mod runners;
 mod step;
+pub mod windows;
 
 use std::collections::BTreeMap;
 

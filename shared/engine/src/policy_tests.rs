@@ -479,3 +479,38 @@ fn get_info_outputs_are_kept_and_never_change_convergence() {
     );
     assert!(sim.record.state.info[0].text.contains("outputs"));
 }
+
+#[test]
+fn a_failing_post_deployment_check_starts_no_other_check_beside_the_rollback() {
+    let mut sim = converged_v1_with_checks();
+    let mut v2 = sim.record.desired.compiled().unwrap().clone();
+    v2.version = "v2".parse().unwrap();
+    let check = |name| {
+        job_protection(
+            name,
+            Lifecycle::PostDeployment {
+                delay: SignedDuration::ZERO,
+                duration: SignedDuration::from_mins(10),
+            },
+        )
+    };
+    v2.protections = vec![check("first"), check("second")];
+    sim.set_desired(v2);
+    sim.step();
+    // The apply converges v2 and starts the first check at once.
+    let d = sim.finish(0, "").clone();
+    assert_eq!(d.jobs[0].spec.cmd, vec!["./first".to_owned()]);
+    let d = sim.finish(0, "").clone();
+    assert_eq!(d.jobs[0].spec.cmd, vec!["./second".to_owned()]);
+    // The second check takes two minutes and fails: by then the first one
+    // is due again, but the version has failed and rolls back.
+    sim.advance(SignedDuration::from_mins(2));
+    let d = sim.finish(1, "").clone();
+    assert_eq!(sim.status(), Status::RollingBack);
+    let jobs: Vec<_> = d
+        .jobs
+        .iter()
+        .map(|j| (j.kind, j.version.as_str()))
+        .collect();
+    assert_eq!(jobs, [(JobKind::Apply, "v1")], "only the rollback's apply");
+}

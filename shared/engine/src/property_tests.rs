@@ -19,7 +19,7 @@
 //!    only when its gates pass at that moment: staging converged on the same
 //!    version without a break for the soak and its checks passed; approved;
 //!    inside the allowed windows and outside freezes (by a reference
-//!    predicate, and by `TimeWindows::evaluate`); no alert firing; the
+//!    predicate, and by `windows::evaluate`); no alert firing; the
 //!    deployment protection passed within its poll interval; not paused;
 //!    a rollback only goes back from the desired version to a version that
 //!    converged and passed its checks in that channel;
@@ -45,6 +45,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::tests::{Sim, job_spec, n, spec};
+use super::windows::evaluate;
 use super::{Decision, Settled, UpstreamView, human, settled};
 use vergence_model::*;
 
@@ -783,39 +784,25 @@ impl World {
         d: &Decision,
         v: &str,
     ) -> Result<(), TestCaseError> {
-        let setup = &self.setup;
         let desired = before.desired.version().map_or("", |v| v.as_str());
-        let now = self.now;
         prop_assert!(
             !self.paused[ch.index()],
             "{} applies {v} while paused\n{}",
             ch.name(),
             self.context()
         );
-        let staging = &self.sim(Ch::Staging).record;
         if ch == Ch::Prod {
             prop_assert!(
-                UpstreamView::of(staging).failed_version.as_deref() != Some(v),
+                UpstreamView::of(&self.sim(Ch::Staging).record)
+                    .failed_version
+                    .as_deref()
+                    != Some(v),
                 "prod applies {v}, which failed in staging\n{}",
                 self.context()
             );
         }
         if let Some(rollback) = d.state.rollback.as_ref().filter(|r| r.to.version == v) {
-            // A rollback passes no gate but the pause: it must go back from
-            // the desired version to one that was good here.
-            prop_assert_eq!(
-                rollback.failed_version.as_str(),
-                desired,
-                "a rollback away from a version that is not desired\n{}",
-                self.context()
-            );
-            prop_assert!(
-                self.good[ch.index()].contains(v),
-                "{} rolls back to {v}, which never converged and passed its checks there\n{}",
-                ch.name(),
-                self.context()
-            );
-            return Ok(());
+            return self.check_rollback(ch, rollback, desired, v);
         }
         prop_assert_eq!(
             v,
@@ -825,78 +812,120 @@ impl World {
             self.context()
         );
         if ch == Ch::Prod {
-            prop_assert!(
-                !self.failed_in_staging.contains(v),
-                "prod applies {v}, which failed in staging earlier\n{}",
-                self.context()
-            );
-            let up = &staging.state;
-            prop_assert!(
-                up.status == Status::Converged && up.current_version.as_deref() == Some(v),
-                "prod applies {v} while staging is {} on {:?}\n{}",
-                up.status,
-                up.current_version,
-                self.context()
-            );
-            if setup.checks.on(Ch::Staging) {
-                prop_assert!(
-                    checks_passed(up, v),
-                    "prod applies {v} before staging's post-deployment checks passed ({:?})\n{}",
-                    up.post_deployment,
-                    self.context()
-                );
-            }
-            if let Some(soak) = setup.soak {
-                let since = self.converged_since[Ch::Staging.index()]
-                    .as_ref()
-                    .filter(|(seen, _)| seen == v)
-                    .map(|(_, since)| *since);
-                prop_assert!(
-                    since.is_some_and(|since| now.duration_since(since) >= soak),
-                    "prod applies {v} with staging converged on it since {since:?}, soak {}\n{}",
-                    human(soak),
-                    self.context()
-                );
-            }
-            if setup.approval {
-                prop_assert!(
-                    self.approved.contains(v),
-                    "prod applies {v} without an approval\n{}",
-                    self.context()
-                );
-            }
-            if setup.smoke {
-                let fresh_pass = self.smoke_seen[Ch::Prod.index()]
-                    .is_some_and(|(at, passed)| passed && now.duration_since(at) < SMOKE_POLL);
-                prop_assert!(
-                    fresh_pass,
-                    "prod applies {v} without a recent passing smoke check ({:?})\n{}",
-                    self.smoke_seen[Ch::Prod.index()],
-                    self.context()
-                );
-            }
+            self.check_promotion(v)?;
         }
-        if setup.gated(ch) {
-            if setup.allowed.is_some() || setup.freeze.is_some() {
-                let windows = setup.windows(self.t0);
-                prop_assert!(
-                    setup.window_open(self.t0, now) && windows.evaluate(now).is_open(),
-                    "{} applies {v} at {} (reference open: {}, windows: {:?})\n{}",
-                    ch.name(),
-                    now,
-                    setup.window_open(self.t0, now),
-                    windows.evaluate(now),
-                    self.context()
-                );
-            }
-            if setup.alert {
-                prop_assert!(
-                    !self.alert_firing,
-                    "{} applies {v} while alert {ALERT} fires\n{}",
-                    ch.name(),
-                    self.context()
-                );
-            }
+        if self.setup.gated(ch) {
+            self.check_windows_and_alert(ch, v)?;
+        }
+        Ok(())
+    }
+
+    /// A rollback passes no gate but the pause: it must go back from the
+    /// desired version to one that was good here.
+    fn check_rollback(
+        &self,
+        ch: Ch,
+        rollback: &Rollback,
+        desired: &str,
+        v: &str,
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(
+            rollback.failed_version.as_str(),
+            desired,
+            "a rollback away from a version that is not desired\n{}",
+            self.context()
+        );
+        prop_assert!(
+            self.good[ch.index()].contains(v),
+            "{} rolls back to {v}, which never converged and passed its checks there\n{}",
+            ch.name(),
+            self.context()
+        );
+        Ok(())
+    }
+
+    /// Prod applies `v` only after staging: never a version that failed
+    /// there, only once staging is converged on it (for the soak, with its
+    /// checks passed), approved, and with a recent passing smoke check.
+    fn check_promotion(&self, v: &str) -> Result<(), TestCaseError> {
+        let (setup, now) = (&self.setup, self.now);
+        prop_assert!(
+            !self.failed_in_staging.contains(v),
+            "prod applies {v}, which failed in staging earlier\n{}",
+            self.context()
+        );
+        let up = &self.sim(Ch::Staging).record.state;
+        prop_assert!(
+            up.status == Status::Converged && up.current_version.as_deref() == Some(v),
+            "prod applies {v} while staging is {} on {:?}\n{}",
+            up.status,
+            up.current_version,
+            self.context()
+        );
+        if setup.checks.on(Ch::Staging) {
+            prop_assert!(
+                checks_passed(up, v),
+                "prod applies {v} before staging's post-deployment checks passed ({:?})\n{}",
+                up.post_deployment,
+                self.context()
+            );
+        }
+        if let Some(soak) = setup.soak {
+            let since = self.converged_since[Ch::Staging.index()]
+                .as_ref()
+                .filter(|(seen, _)| seen == v)
+                .map(|(_, since)| *since);
+            prop_assert!(
+                since.is_some_and(|since| now.duration_since(since) >= soak),
+                "prod applies {v} with staging converged on it since {since:?}, soak {}\n{}",
+                human(soak),
+                self.context()
+            );
+        }
+        if setup.approval {
+            prop_assert!(
+                self.approved.contains(v),
+                "prod applies {v} without an approval\n{}",
+                self.context()
+            );
+        }
+        if setup.smoke {
+            let fresh_pass = self.smoke_seen[Ch::Prod.index()]
+                .is_some_and(|(at, passed)| passed && now.duration_since(at) < SMOKE_POLL);
+            prop_assert!(
+                fresh_pass,
+                "prod applies {v} without a recent passing smoke check ({:?})\n{}",
+                self.smoke_seen[Ch::Prod.index()],
+                self.context()
+            );
+        }
+        Ok(())
+    }
+
+    /// A gated channel applies only inside its allowed windows, outside
+    /// freezes (by the reference predicate and by the engine's evaluation),
+    /// and while the alert is not firing.
+    fn check_windows_and_alert(&self, ch: Ch, v: &str) -> Result<(), TestCaseError> {
+        let (setup, now) = (&self.setup, self.now);
+        if setup.allowed.is_some() || setup.freeze.is_some() {
+            let windows = setup.windows(self.t0);
+            prop_assert!(
+                setup.window_open(self.t0, now) && evaluate(&windows, now).is_open(),
+                "{} applies {v} at {} (reference open: {}, windows: {:?})\n{}",
+                ch.name(),
+                now,
+                setup.window_open(self.t0, now),
+                evaluate(&windows, now),
+                self.context()
+            );
+        }
+        if setup.alert {
+            prop_assert!(
+                !self.alert_firing,
+                "{} applies {v} while alert {ALERT} fires\n{}",
+                ch.name(),
+                self.context()
+            );
         }
         Ok(())
     }

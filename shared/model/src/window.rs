@@ -1,31 +1,13 @@
 //! Release-channel time rules: `allowedTimes` windows and deny windows
-//! (freezes), compiled from config and evaluated by the engine on every
-//! convergence step.
-//!
-//! Evaluation is boundary-based: each window is expanded into the exact
-//! instants its occurrences start and end over a short horizon, and the
-//! verdict, and when it next changes, is read off the merged intervals. The
-//! engine schedules its next look at `opens_at`/`closes_at`, so those are
-//! exact instants rather than samples. All calendar and time-zone math is
-//! jiff's: windows are local civil time, and local times that a DST change
-//! skips or repeats resolve with jiff's `compatible` disambiguation.
+//! (freezes) as the compiler parses them from config and as compiled
+//! instances store them, with their grammar, its error messages and how the
+//! rules read for people. The engine evaluates them (its `windows` module)
+//! on every convergence step.
 
-use std::iter;
-
-use jiff::civil::{Date, DateTime, Time, Weekday};
+use jiff::Timestamp;
+use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
-use jiff::{SignedDuration, Timestamp, ToSpan};
 use serde::{Deserialize, Serialize};
-
-/// How far ahead `opens_at` and `closes_at` are looked for.
-pub const WINDOW_HORIZON: SignedDuration = SignedDuration::from_hours(14 * 24);
-
-/// Local days expanded per window: two back (an occurrence containing `now`
-/// may have started the day before, later still in another zone's terms),
-/// today, and sixteen ahead (the 14-day horizon, a day for `now` being late
-/// in its local day, and one for DST shifts).
-const EXPANDED_DAYS: usize = 19;
-const LOOKBACK_DAYS: i64 = 2;
 
 const MINUTES_PER_DAY: u16 = 24 * 60;
 const DAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
@@ -86,29 +68,6 @@ pub enum DenyWindow {
     },
 }
 
-/// Whether applies may run at an instant, and until when that holds.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "verdict")]
-pub enum WindowVerdict {
-    /// Applies may run now. `closes_at`: when that stops (None = not within
-    /// the horizon).
-    #[serde(rename_all = "camelCase")]
-    Open { closes_at: Option<Timestamp> },
-    /// Applies may not run; `reason` is a sentence for people; `opens_at` is
-    /// the next instant they may (None if none within the horizon).
-    #[serde(rename_all = "camelCase")]
-    Closed {
-        reason: String,
-        opens_at: Option<Timestamp>,
-    },
-}
-
-impl WindowVerdict {
-    pub fn is_open(&self) -> bool {
-        matches!(self, WindowVerdict::Open { .. })
-    }
-}
-
 /// A set of weekdays. Stored as short names in week order (`["mon","tue"]`)
 /// so the compiled instance stays readable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,145 +97,10 @@ struct LocalHoursRepr {
     end_minute: u16,
 }
 
-/// A half-open span of instants, `start` ≤ t < `end`.
-type Interval = (Timestamp, Timestamp);
-
 impl TimeWindows {
     /// No rules at all: applies may always run.
     pub fn is_empty(&self) -> bool {
         self.allowed.is_empty() && self.denied.is_empty()
-    }
-
-    /// The verdict at `now`, with the exact instant it next changes (within
-    /// [`WINDOW_HORIZON`]).
-    pub fn evaluate(&self, now: Timestamp) -> WindowVerdict {
-        if self.is_empty() {
-            return WindowVerdict::Open { closes_at: None };
-        }
-        // A zone that was valid at compile time can vanish from a newer
-        // time-zone database; hold applies rather than guess the rule.
-        let allowed_zones = match self
-            .allowed
-            .iter()
-            .map(RecurringWindow::zone)
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(zones) => zones,
-            Err(reason) => return unresolvable(reason),
-        };
-        let denied_zones = match self
-            .denied
-            .iter()
-            .map(|deny| match deny {
-                DenyWindow::Between { .. } => Ok(None),
-                DenyWindow::Recurring { window, .. } => window.zone().map(Some),
-            })
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(zones) => zones,
-            Err(reason) => return unresolvable(reason),
-        };
-
-        let horizon = now.saturating_add(WINDOW_HORIZON).unwrap_or(Timestamp::MAX);
-        let allowed = if self.allowed.is_empty() {
-            vec![(Timestamp::MIN, Timestamp::MAX)]
-        } else {
-            merge(
-                self.allowed
-                    .iter()
-                    .zip(&allowed_zones)
-                    .flat_map(|(window, tz)| window.occurrences_around(tz, now))
-                    .collect(),
-            )
-        };
-        let denied = merge(
-            self.denied
-                .iter()
-                .zip(&denied_zones)
-                .flat_map(|(deny, tz)| {
-                    let (one_off, recurring) = match (deny, tz) {
-                        (DenyWindow::Between { start, end, .. }, _) => (Some((*start, *end)), None),
-                        (DenyWindow::Recurring { window, .. }, Some(tz)) => {
-                            (None, Some(window.occurrences_around(tz, now)))
-                        }
-                        // Zones were resolved per variant above.
-                        (DenyWindow::Recurring { .. }, None) => (None, None),
-                    };
-                    one_off.into_iter().chain(recurring.into_iter().flatten())
-                })
-                .collect(),
-        );
-        let open = subtract(&allowed, &denied);
-
-        match open.iter().find(|(_, end)| *end > now) {
-            Some(&(start, end)) if start <= now => WindowVerdict::Open {
-                closes_at: (end <= horizon).then_some(end),
-            },
-            next => {
-                let opens_at = next.map(|&(start, _)| start).filter(|at| *at <= horizon);
-                let reason = self.closed_reason(now, opens_at, &allowed_zones, &denied_zones);
-                WindowVerdict::Closed { reason, opens_at }
-            }
-        }
-    }
-
-    /// Why applies are held at `now`: a freeze first (it is the deliberate
-    /// rule), else being outside every allowed window.
-    fn closed_reason(
-        &self,
-        now: Timestamp,
-        opens_at: Option<Timestamp>,
-        allowed_zones: &[TimeZone],
-        denied_zones: &[Option<TimeZone>],
-    ) -> String {
-        // The opening is shown in the zone of the window that caused the
-        // closure. A one-off freeze has none; the allowed window that opens
-        // then is what people plan around, else UTC like its endpoints.
-        let allowed_zone_at = |at: Option<Timestamp>| {
-            at.and_then(|at| {
-                self.allowed
-                    .iter()
-                    .zip(allowed_zones)
-                    .find(|(window, tz)| window.contains_in(tz, at))
-                    .map(|(_, tz)| tz)
-            })
-        };
-        let freeze = self
-            .denied
-            .iter()
-            .zip(denied_zones)
-            .find(|(deny, tz)| match (deny, tz) {
-                (DenyWindow::Between { start, end, .. }, _) => *start <= now && now < *end,
-                (DenyWindow::Recurring { window, .. }, Some(tz)) => window.contains_in(tz, now),
-                (DenyWindow::Recurring { .. }, None) => false,
-            });
-        let (what, zone) = match freeze {
-            Some((deny, tz)) => (
-                format!("in freeze {}", deny.describe()),
-                tz.as_ref().or_else(|| allowed_zone_at(opens_at)),
-            ),
-            None => (
-                format!(
-                    "outside allowed window {}",
-                    self.allowed
-                        .iter()
-                        .map(RecurringWindow::describe)
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                ),
-                allowed_zone_at(opens_at).or(allowed_zones.first()),
-            ),
-        };
-        match opens_at {
-            Some(at) => format!(
-                "{what}; opens {}",
-                format_local(at, zone.unwrap_or(&TimeZone::UTC))
-            ),
-            None => format!(
-                "{what}; does not open within the next {} days",
-                WINDOW_HORIZON.as_hours() / 24
-            ),
-        }
     }
 }
 
@@ -314,13 +138,6 @@ impl RecurringWindow {
         }
     }
 
-    /// Whether `now` falls in an occurrence. False if the time zone is
-    /// unknown to this build (see [`TimeWindows::evaluate`], which holds
-    /// applies in that case).
-    pub fn contains(&self, now: Timestamp) -> bool {
-        self.zone().is_ok_and(|tz| self.contains_in(&tz, now))
-    }
-
     pub fn days(&self) -> DaySet {
         self.days
     }
@@ -331,55 +148,6 @@ impl RecurringWindow {
 
     pub fn timezone(&self) -> &str {
         &self.timezone
-    }
-
-    fn zone(&self) -> Result<TimeZone, String> {
-        TimeZone::get(&self.timezone).map_err(|_| {
-            format!(
-                "time zone {:?} of window {} is unknown to this build",
-                self.timezone,
-                self.describe()
-            )
-        })
-    }
-
-    fn contains_in(&self, tz: &TimeZone, now: Timestamp) -> bool {
-        let today = tz.to_datetime(now).date();
-        local_days(today.saturating_sub(LOOKBACK_DAYS.days()), 4)
-            .filter_map(|date| self.occurrence(tz, date))
-            .any(|(start, end)| start <= now && now < end)
-    }
-
-    /// Occurrences starting on the local days around `now`, enough to cover
-    /// anything containing `now` and everything starting within the horizon.
-    fn occurrences_around<'a>(
-        &'a self,
-        tz: &'a TimeZone,
-        now: Timestamp,
-    ) -> impl Iterator<Item = Interval> + 'a {
-        let today = tz.to_datetime(now).date();
-        local_days(today.saturating_sub(LOOKBACK_DAYS.days()), EXPANDED_DAYS)
-            .filter_map(move |date| self.occurrence(tz, date))
-    }
-
-    /// The occurrence that starts on local `date`, if the window runs then
-    /// and it is not empty (a window inside a DST gap collapses).
-    fn occurrence(&self, tz: &TimeZone, date: Date) -> Option<Interval> {
-        if !self.days.contains(date.weekday()) {
-            return None;
-        }
-        let (start, end) = self
-            .hours
-            .map_or((0, MINUTES_PER_DAY), |h| (h.start_minute, h.end_minute));
-        // Ending at or past midnight means ending on the next local day.
-        let (end_date, end) = if end < start || end == MINUTES_PER_DAY {
-            (date.tomorrow().ok()?, end % MINUTES_PER_DAY)
-        } else {
-            (date, end)
-        };
-        let start = local_instant(tz, date, start)?;
-        let end = local_instant(tz, end_date, end)?;
-        (start < end).then_some((start, end))
     }
 }
 
@@ -591,13 +359,6 @@ impl TryFrom<LocalHoursRepr> for LocalHours {
     }
 }
 
-fn unresolvable(reason: String) -> WindowVerdict {
-    WindowVerdict::Closed {
-        reason: format!("{reason}; applies are held until the window is fixed"),
-        opens_at: None,
-    }
-}
-
 fn day_bit(day: Weekday) -> u8 {
     1 << day.to_monday_zero_offset()
 }
@@ -651,81 +412,12 @@ fn parse_timezone(raw: &str) -> Result<String, String> {
     }
 }
 
-/// `count` consecutive local dates from `first`.
-fn local_days(first: Date, count: usize) -> impl Iterator<Item = Date> {
-    iter::successors(Some(first), |date| date.tomorrow().ok()).take(count)
-}
-
-/// The instant local `minute` of `date` names in `tz`; a time a DST change
-/// skips or repeats resolves the way jiff's `compatible` does (later for a
-/// gap, earlier for a fold).
-fn local_instant(tz: &TimeZone, date: Date, minute: u16) -> Option<Timestamp> {
-    let hour = i8::try_from(minute / 60).ok()?;
-    let minute = i8::try_from(minute % 60).ok()?;
-    let time = Time::new(hour, minute, 0, 0).ok()?;
-    tz.to_ambiguous_timestamp(DateTime::from_parts(date, time))
-        .compatible()
-        .ok()
-}
-
-/// "Mon 2026-11-23 09:00 CET".
-fn format_local(at: Timestamp, tz: &TimeZone) -> String {
-    let zoned = at.to_zoned(tz.clone());
-    jiff::fmt::strtime::format("%a %Y-%m-%d %H:%M %Z", &zoned).unwrap_or_else(|_| at.to_string())
-}
-
-/// Sorted, disjoint intervals covering the same instants; touching ones
-/// join, so back-to-back days read as one stretch.
-fn merge(mut intervals: Vec<Interval>) -> Vec<Interval> {
-    intervals.retain(|(start, end)| start < end);
-    intervals.sort_unstable();
-    let mut merged: Vec<Interval> = Vec::with_capacity(intervals.len());
-    for (start, end) in intervals {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
-}
-
-/// `from` minus `remove`; both sorted and disjoint.
-fn subtract(from: &[Interval], remove: &[Interval]) -> Vec<Interval> {
-    let mut out = Vec::with_capacity(from.len());
-    let mut first = 0;
-    for &(start, end) in from {
-        while remove.get(first).is_some_and(|r| r.1 <= start) {
-            first += 1;
-        }
-        let mut cursor = start;
-        for &(r_start, r_end) in remove[first..].iter().take_while(|r| r.0 < end) {
-            if r_start > cursor {
-                out.push((cursor, r_start));
-            }
-            cursor = cursor.max(r_end);
-        }
-        if cursor < end {
-            out.push((cursor, end));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
-    }
-
-    /// A local civil time in Europe/Berlin, e.g. "2026-11-20 17:00".
-    fn berlin(s: &str) -> Timestamp {
-        s.parse::<DateTime>()
-            .unwrap()
-            .in_tz("Europe/Berlin")
-            .unwrap()
-            .timestamp()
     }
 
     fn window(days: &str, hours: &str, tz: &str) -> RecurringWindow {
@@ -736,334 +428,12 @@ mod tests {
         window("mon-fri", "9-17", "Europe/Berlin")
     }
 
-    fn allowed(windows: Vec<RecurringWindow>) -> TimeWindows {
-        TimeWindows {
-            allowed: windows,
-            denied: vec![],
-        }
-    }
-
-    fn closed(reason: &str, opens_at: Option<&str>) -> WindowVerdict {
-        WindowVerdict::Closed {
-            reason: reason.into(),
-            opens_at: opens_at.map(ts),
-        }
-    }
-
-    fn open(closes_at: Option<&str>) -> WindowVerdict {
-        WindowVerdict::Open {
-            closes_at: closes_at.map(ts),
-        }
-    }
-
-    #[test]
-    fn the_test_calendar_is_what_the_tests_assume() {
-        use jiff::civil::date;
-        assert_eq!(date(2026, 11, 20).weekday(), Weekday::Friday);
-        assert_eq!(date(2026, 3, 29).weekday(), Weekday::Sunday);
-        assert_eq!(date(2026, 10, 25).weekday(), Weekday::Sunday);
-        assert_eq!(date(2027, 1, 2).weekday(), Weekday::Saturday);
-    }
-
-    #[test]
-    fn weekday_range_contains_office_hours_only() {
-        let w = office();
-        // Mon 2026-11-23, CET = UTC+1.
-        assert!(!w.contains(ts("2026-11-23T07:59:59Z")));
-        assert!(w.contains(ts("2026-11-23T08:00:00Z")));
-        assert!(w.contains(ts("2026-11-23T15:59:59Z")));
-        assert!(!w.contains(ts("2026-11-23T16:00:00Z")));
-        assert!(w.contains(berlin("2026-11-27 12:00")));
-        assert!(!w.contains(berlin("2026-11-21 12:00")));
-        assert!(!w.contains(berlin("2026-11-22 12:00")));
-    }
-
-    #[test]
-    fn weekend_list_and_wrapping_day_range() {
-        let weekend = RecurringWindow::parse(Some("sat,sun"), None, None).unwrap();
-        assert!(!weekend.contains(ts("2026-11-20T23:59:59Z")));
-        assert!(weekend.contains(ts("2026-11-21T00:00:00Z")));
-        assert!(weekend.contains(ts("2026-11-22T23:59:59Z")));
-        assert!(!weekend.contains(ts("2026-11-23T00:00:00Z")));
-
-        let long_weekend = RecurringWindow::parse(Some("Fri-MONDAY"), None, None).unwrap();
-        for (day, expected) in [
-            ("2026-11-19", false), // Thu
-            ("2026-11-20", true),
-            ("2026-11-21", true),
-            ("2026-11-22", true),
-            ("2026-11-23", true),
-            ("2026-11-24", false), // Tue
-        ] {
-            assert_eq!(
-                long_weekend.contains(ts(&format!("{day}T12:00:00Z"))),
-                expected,
-                "{day}"
-            );
-        }
-
-        let mixed = RecurringWindow::parse(Some("mon,wed-fri"), None, None).unwrap();
-        assert!(mixed.contains(ts("2026-11-23T12:00:00Z")));
-        assert!(!mixed.contains(ts("2026-11-24T12:00:00Z")));
-        assert!(mixed.contains(ts("2026-11-25T12:00:00Z")));
-    }
-
-    #[test]
-    fn hours_past_midnight_belong_to_the_start_day() {
-        let w = window("fri", "22-6", "UTC");
-        assert!(!w.contains(ts("2026-11-20T21:59:59Z")));
-        assert!(w.contains(ts("2026-11-20T22:00:00Z")));
-        assert!(w.contains(ts("2026-11-21T05:59:59Z"))); // Saturday morning
-        assert!(!w.contains(ts("2026-11-21T06:00:00Z")));
-        assert!(!w.contains(ts("2026-11-21T22:00:00Z"))); // Saturday night
-        assert!(!w.contains(ts("2026-11-20T03:00:00Z"))); // Thursday's night
-
-        let verdict = allowed(vec![w]).evaluate(ts("2026-11-20T23:00:00Z"));
-        assert_eq!(verdict, open(Some("2026-11-21T06:00:00Z")));
-    }
-
-    #[test]
-    fn empty_rules_are_always_open() {
-        let rules = TimeWindows::default();
-        assert!(rules.is_empty());
-        assert_eq!(rules.evaluate(ts("2026-11-20T12:00:00Z")), open(None));
-    }
-
-    #[test]
-    fn opens_exactly_at_monday_nine_across_the_weekend() {
-        let rules = allowed(vec![office()]);
-        assert_eq!(
-            rules.evaluate(berlin("2026-11-20 17:00")),
-            closed(
-                "outside allowed window mon-fri 09-17 Europe/Berlin; opens Mon 2026-11-23 09:00 CET",
-                Some("2026-11-23T08:00:00Z"),
-            )
-        );
-        // Exactly at the opening it is open, until 17:00 local.
-        assert_eq!(
-            rules.evaluate(ts("2026-11-23T08:00:00Z")),
-            open(Some("2026-11-23T16:00:00Z"))
-        );
-    }
-
-    #[test]
-    fn closes_at_is_the_exact_end_of_the_window() {
-        let rules = allowed(vec![office()]);
-        assert_eq!(
-            rules.evaluate(ts("2026-11-25T11:23:45.5Z")),
-            open(Some("2026-11-25T16:00:00Z"))
-        );
-        assert_eq!(
-            rules.evaluate(ts("2026-11-25T15:59:59.999Z")),
-            open(Some("2026-11-25T16:00:00Z"))
-        );
-    }
-
-    #[test]
-    fn several_allowed_windows_are_a_union() {
-        let rules = allowed(vec![office(), window("sat,sun", "10-12", "UTC")]);
-        assert_eq!(
-            rules.evaluate(berlin("2026-11-20 17:00")),
-            closed(
-                "outside allowed window mon-fri 09-17 Europe/Berlin or sat,sun 10-12 UTC; \
-                 opens Sat 2026-11-21 10:00 UTC",
-                Some("2026-11-21T10:00:00Z"),
-            )
-        );
-        assert_eq!(
-            rules.evaluate(ts("2026-11-22T11:00:00Z")),
-            open(Some("2026-11-22T12:00:00Z"))
-        );
-
-        // Touching windows read as one stretch: no close at noon.
-        let split_day = allowed(vec![
-            window("mon", "9-12", "UTC"),
-            window("mon", "12-17", "UTC"),
-        ]);
-        assert_eq!(
-            split_day.evaluate(ts("2026-11-23T10:00:00Z")),
-            open(Some("2026-11-23T17:00:00Z"))
-        );
-
-        // Every day, all day: open with nothing ahead.
-        let always = allowed(vec![
-            RecurringWindow::parse(None, Some("0-24"), None).unwrap(),
-        ]);
-        assert_eq!(always.evaluate(ts("2026-11-23T10:00:00Z")), open(None));
-    }
-
-    #[test]
-    fn recurring_freeze_inside_allowed_window() {
-        let rules = TimeWindows {
-            allowed: vec![office()],
-            denied: vec![DenyWindow::Recurring {
-                name: None,
-                window: window("fri", "16-24", "Europe/Berlin"),
-            }],
-        };
-        // Friday afternoon the freeze, not 17:00, ends the window.
-        assert_eq!(
-            rules.evaluate(berlin("2026-11-20 14:00")),
-            open(Some("2026-11-20T15:00:00Z"))
-        );
-        assert_eq!(
-            rules.evaluate(berlin("2026-11-20 16:30")),
-            closed(
-                "in freeze fri 16-24 Europe/Berlin; opens Mon 2026-11-23 09:00 CET",
-                Some("2026-11-23T08:00:00Z"),
-            )
-        );
-        // Thursday is untouched.
-        assert_eq!(
-            rules.evaluate(berlin("2026-11-19 16:30")),
-            open(Some("2026-11-19T16:00:00Z"))
-        );
-    }
-
     fn holiday_freeze() -> DenyWindow {
         DenyWindow::Between {
             name: Some("holiday-freeze".into()),
             start: ts("2026-12-20T00:00:00Z"),
             end: ts("2027-01-02T00:00:00Z"),
         }
-    }
-
-    #[test]
-    fn one_off_freeze() {
-        let freeze_only = TimeWindows {
-            allowed: vec![],
-            denied: vec![holiday_freeze()],
-        };
-        assert_eq!(
-            freeze_only.evaluate(ts("2026-12-21T09:00:00Z")),
-            closed(
-                "in freeze holiday-freeze (2026-12-20T00:00:00Z → 2027-01-02T00:00:00Z); \
-                 opens Sat 2027-01-02 00:00 UTC",
-                Some("2027-01-02T00:00:00Z"),
-            )
-        );
-        assert_eq!(freeze_only.evaluate(ts("2027-01-02T00:00:00Z")), open(None));
-        // Ten days ahead the freeze start is within the horizon; nineteen is not.
-        assert_eq!(
-            freeze_only.evaluate(ts("2026-12-10T00:00:00Z")),
-            open(Some("2026-12-20T00:00:00Z"))
-        );
-        assert_eq!(freeze_only.evaluate(ts("2026-12-01T00:00:00Z")), open(None));
-
-        // With office hours it reopens the first working morning after, shown
-        // in the allowed window's zone.
-        let with_office = TimeWindows {
-            allowed: vec![office()],
-            denied: vec![holiday_freeze()],
-        };
-        assert_eq!(
-            with_office.evaluate(berlin("2026-12-21 10:00")),
-            closed(
-                "in freeze holiday-freeze (2026-12-20T00:00:00Z → 2027-01-02T00:00:00Z); \
-                 opens Mon 2027-01-04 09:00 CET",
-                Some("2027-01-04T08:00:00Z"),
-            )
-        );
-    }
-
-    #[test]
-    fn nothing_opens_within_the_horizon() {
-        let rules = TimeWindows {
-            allowed: vec![],
-            denied: vec![DenyWindow::Between {
-                name: None,
-                start: ts("2026-12-01T00:00:00Z"),
-                end: ts("2027-02-01T00:00:00Z"),
-            }],
-        };
-        assert_eq!(
-            rules.evaluate(ts("2026-12-05T00:00:00Z")),
-            closed(
-                "in freeze 2026-12-01T00:00:00Z → 2027-02-01T00:00:00Z; \
-                 does not open within the next 14 days",
-                None,
-            )
-        );
-    }
-
-    #[test]
-    fn dst_spring_forward_keeps_local_hours() {
-        // Berlin: 2026-03-29 02:00 CET → 03:00 CEST.
-        let rules = allowed(vec![office()]);
-        assert_eq!(
-            rules.evaluate(ts("2026-03-26T08:30:00Z")), // Thu 09:30 CET
-            open(Some("2026-03-26T16:00:00Z"))
-        );
-        assert_eq!(
-            rules.evaluate(berlin("2026-03-27 17:00")),
-            closed(
-                "outside allowed window mon-fri 09-17 Europe/Berlin; opens Mon 2026-03-30 09:00 CEST",
-                Some("2026-03-30T07:00:00Z"),
-            )
-        );
-        assert_eq!(
-            rules.evaluate(ts("2026-03-30T07:00:00Z")),
-            open(Some("2026-03-30T15:00:00Z"))
-        );
-
-        // On the day of the change itself.
-        let daily = allowed(vec![window("daily", "9-17", "Europe/Berlin")]);
-        assert_eq!(
-            daily.evaluate(ts("2026-03-28T16:00:00Z")),
-            closed(
-                "outside allowed window daily 09-17 Europe/Berlin; opens Sun 2026-03-29 09:00 CEST",
-                Some("2026-03-29T07:00:00Z"),
-            )
-        );
-
-        // 02:30 does not exist that night; it resolves to 03:30 CEST.
-        let in_gap = allowed(vec![window("sun", "2:30-4", "Europe/Berlin")]);
-        assert_eq!(
-            in_gap.evaluate(ts("2026-03-28T12:00:00Z")),
-            closed(
-                "outside allowed window sun 02:30-04:00 Europe/Berlin; opens Sun 2026-03-29 03:30 CEST",
-                Some("2026-03-29T01:30:00Z"),
-            )
-        );
-        assert_eq!(
-            in_gap.evaluate(ts("2026-03-29T01:30:00Z")),
-            open(Some("2026-03-29T02:00:00Z"))
-        );
-    }
-
-    #[test]
-    fn dst_fall_back_keeps_local_hours() {
-        // Berlin: 2026-10-25 03:00 CEST → 02:00 CET.
-        let rules = allowed(vec![office()]);
-        assert_eq!(
-            rules.evaluate(ts("2026-10-23T14:00:00Z")), // Fri 16:00 CEST
-            open(Some("2026-10-23T15:00:00Z"))
-        );
-        assert_eq!(
-            rules.evaluate(ts("2026-10-23T15:00:00Z")),
-            closed(
-                "outside allowed window mon-fri 09-17 Europe/Berlin; opens Mon 2026-10-26 09:00 CET",
-                Some("2026-10-26T08:00:00Z"),
-            )
-        );
-        assert_eq!(
-            rules.evaluate(ts("2026-10-26T08:00:00Z")),
-            open(Some("2026-10-26T16:00:00Z"))
-        );
-
-        // 02:30 happens twice that night; the window starts at the first.
-        let in_fold = allowed(vec![window("sun", "2:30-4", "Europe/Berlin")]);
-        assert_eq!(
-            in_fold.evaluate(ts("2026-10-24T12:00:00Z")),
-            closed(
-                "outside allowed window sun 02:30-04:00 Europe/Berlin; opens Sun 2026-10-25 02:30 CEST",
-                Some("2026-10-25T00:30:00Z"),
-            )
-        );
-        assert_eq!(
-            in_fold.evaluate(ts("2026-10-25T00:30:00Z")),
-            open(Some("2026-10-25T03:00:00Z"))
-        );
     }
 
     #[test]
@@ -1181,20 +551,5 @@ mod tests {
 
         let bad = serde_json::json!({"days": ["mon"], "hours": {"startMinute": 540, "endMinute": 2000}, "timezone": "UTC"});
         assert!(serde_json::from_value::<RecurringWindow>(bad).is_err());
-    }
-
-    #[test]
-    fn unknown_zone_in_stored_rules_holds_applies() {
-        let mut w = office();
-        w.timezone = "Gone/Away".into();
-        assert!(!w.contains(ts("2026-11-23T10:00:00Z")));
-        assert_eq!(
-            allowed(vec![w]).evaluate(ts("2026-11-23T10:00:00Z")),
-            closed(
-                "time zone \"Gone/Away\" of window mon-fri 09-17 Gone/Away is unknown to this \
-                 build; applies are held until the window is fixed",
-                None,
-            )
-        );
     }
 }

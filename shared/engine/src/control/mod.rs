@@ -16,6 +16,7 @@ use vergence_model::{Event, InstanceKey, InstanceRecord};
 
 mod config;
 mod delivery;
+mod explain;
 mod policy;
 
 pub use config::{ApplyReport, PlanAction, PlanEntry};

@@ -1,0 +1,175 @@
+//! `explain`: the chain of reasons a service instance is where it is, as
+//! lines for people (the CLI prints them as they are). Each part of the
+//! explanation is its own function over the stored record, so what a line
+//! says can be read next to where it comes from.
+
+use vergence_model::error::Result;
+use vergence_model::{
+    CompiledInstance, InstanceKey, InstanceRecord, InstanceState, LifecycleKind, Version,
+};
+
+use super::Control;
+use crate::{Facts, Gate, gates, load_facts, moment};
+
+impl Control {
+    /// The chain of reasons an instance is where it is: status, versions,
+    /// operator controls, every gate in order, post-deployment checks, the
+    /// last job of each kind and when the engine looks next.
+    pub async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>> {
+        let record = self.instance(key).await?;
+        let now = self.clock.now();
+        let mut lines = header(key, &record);
+        lines.extend(controls(&record));
+        if let Some(spec) = record.desired.compiled() {
+            let facts = load_facts(self.store.as_ref(), &record, now).await?;
+            lines.extend(gates(spec, &facts, &record));
+            lines.extend(post_deployment(spec, &record.state));
+        }
+        lines.extend(last_jobs(&record.state));
+        lines.extend(running_job(&record.state));
+        lines.push(next_check(&record));
+        Ok(lines)
+    }
+}
+
+/// Status and since when, the reason, and the desired and current versions.
+fn header(key: &InstanceKey, record: &InstanceRecord) -> Vec<String> {
+    let state = &record.state;
+    vec![
+        format!(
+            "{key}: {}{}",
+            state.status,
+            state
+                .since
+                .map(|s| format!(" since {}", moment(s)))
+                .unwrap_or_default()
+        ),
+        format!("  reason: {}", state.reason),
+        format!(
+            "  desired: {}   current: {}",
+            record.desired.version().map_or("-", Version::as_str),
+            state.current_version.as_ref().map_or("-", Version::as_str)
+        ),
+    ]
+}
+
+/// What operators did to the instance (pause, pin) and a rollback under way.
+fn controls(record: &InstanceRecord) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(p) = &record.controls.paused {
+        lines.push(format!("  paused by {} at {}", p.actor, moment(p.at)));
+    }
+    if let Some(p) = &record.controls.pinned {
+        lines.push(format!(
+            "  pinned to {} by {} at {}",
+            p.version,
+            p.actor,
+            moment(p.at)
+        ));
+    }
+    if let Some(r) = &record.state.rollback {
+        lines.push(format!(
+            "  rollback: {} → {} since {} ({})",
+            r.failed_version,
+            r.to.version,
+            moment(r.started_at),
+            r.reason
+        ));
+    }
+    lines
+}
+
+/// Every gate an apply passes, in the order the engine evaluates them.
+fn gates(spec: &CompiledInstance, facts: &Facts, record: &InstanceRecord) -> Vec<String> {
+    let mut lines = vec!["  gates, in order:".to_owned()];
+    for (name, gate) in gates::all(spec, facts, &record.state, &record.controls) {
+        lines.push(match gate {
+            Gate::Open => format!("    ✓ {name}"),
+            Gate::Closed { reason, .. } | Gate::Fail { reason } => {
+                format!("    ✗ {name}: {reason}")
+            }
+            Gate::Check { .. } => {
+                format!("    ? {name}: no recent result; runs before the next apply")
+            }
+        });
+    }
+    lines
+}
+
+/// The latest result of each post-deployment check, and whether the checks
+/// of the converged version have passed.
+fn post_deployment(spec: &CompiledInstance, state: &InstanceState) -> Vec<String> {
+    let mut lines = Vec::new();
+    for check in spec.protections_at(LifecycleKind::PostDeployment) {
+        let seen = state.protections.get(&check.key());
+        lines.push(format!(
+            "    post-deployment {}: {}",
+            check.name,
+            seen.map(|o| format!(
+                "{} at {} for {}",
+                if o.passed { "passed" } else { "failed" },
+                moment(o.at),
+                o.version
+            ))
+            .unwrap_or_else(|| "not run yet".to_owned())
+        ));
+    }
+    if let Some(p) = &state.post_deployment {
+        lines.push(format!(
+            "    post-deployment checks of {}: {}",
+            p.version,
+            p.passed_at
+                .map(|t| format!("passed at {}", moment(t)))
+                .unwrap_or_else(|| "running".to_owned())
+        ));
+    }
+    lines
+}
+
+/// The last job of each kind, with the end of its stderr.
+fn last_jobs(state: &InstanceState) -> Vec<String> {
+    if state.last_jobs.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec!["  last jobs:".to_owned()];
+    for job in &state.last_jobs {
+        lines.push(format!(
+            "    {} of {} (attempt {}): {}{} at {}, took {}ms",
+            job.kind,
+            job.version,
+            job.attempt,
+            job.outcome,
+            job.exit_code.map(|c| format!(" {c}")).unwrap_or_default(),
+            moment(job.finished_at),
+            job.duration_ms
+        ));
+        let tail: Vec<&str> = job.stderr_tail.trim_end().lines().collect();
+        for line in &tail[tail.len().saturating_sub(5)..] {
+            lines.push(format!("      | {line}"));
+        }
+    }
+    lines
+}
+
+/// The job running now, if any.
+fn running_job(state: &InstanceState) -> Option<String> {
+    state.in_flight.as_ref().map(|flight| {
+        format!(
+            "  running: {} of {} since {}",
+            flight.kind,
+            flight.version,
+            moment(flight.dispatched_at)
+        )
+    })
+}
+
+/// When the engine looks at the instance again by itself.
+fn next_check(record: &InstanceRecord) -> String {
+    format!(
+        "  next check: {}",
+        record
+            .next_check_at
+            .map(moment)
+            .unwrap_or_else(|| "none (waits for a change)".to_owned())
+    )
+}

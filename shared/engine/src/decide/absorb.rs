@@ -1,0 +1,266 @@
+//! Absorbing a finished job into the service instance's state: the apply's
+//! outcome against the retry policy, what a fetch saw, getInfo's outputs
+//! and a protection's result. Runs before anything is evaluated, so the
+//! rest of the decision sees the job's effect.
+
+use jiff::SignedDuration;
+
+use super::{Decider, after, moment};
+use crate::fetch;
+use crate::gates::human;
+use vergence_model::{
+    CompiledInstance, EventKind, FetchObservation, FetchVerdict, InFlightJob, InfoOutput, JobKind,
+    JobOutcome, JobResult, JobSummary, PlanRecord, ProtectionObservation,
+};
+
+impl Decider<'_> {
+    pub(super) fn absorb(
+        &mut self,
+        spec: &CompiledInstance,
+        flight: &InFlightJob,
+        result: &JobResult,
+    ) {
+        self.state.in_flight = None;
+        let summary = JobSummary {
+            job_id: flight.job_id.clone(),
+            kind: flight.kind,
+            version: flight.version.clone(),
+            attempt: flight.attempt,
+            outcome: result.outcome.clone(),
+            exit_code: result.exit_code,
+            finished_at: result.finished_at,
+            duration_ms: result.duration_ms,
+            stderr_tail: result.stderr_tail.clone(),
+        };
+        self.state.last_jobs.retain(|j| j.kind != flight.kind);
+        self.state.last_jobs.push(summary);
+        let stale = self
+            .state
+            .target
+            .as_ref()
+            .is_none_or(|t| t.version != flight.version);
+        match flight.kind {
+            JobKind::Apply => self.absorb_apply(spec, flight, result, stale),
+            JobKind::Fetch => self.absorb_fetch(spec, flight, result, stale),
+            JobKind::GetInfo => self.absorb_info(result),
+            JobKind::Protection => self.absorb_protection(flight, result),
+        }
+    }
+
+    fn absorb_protection(&mut self, flight: &InFlightJob, result: &JobResult) {
+        let Some(key) = flight.protection.clone() else {
+            return;
+        };
+        let passed = result.exited_with(0);
+        let summary = if passed {
+            "passed".to_owned()
+        } else {
+            result.describe()
+        };
+        let before = self.state.protections.get(&key).map(|o| o.passed);
+        self.state.protections.insert(
+            key.clone(),
+            ProtectionObservation {
+                at: self.now,
+                version: flight.version.clone(),
+                passed,
+                summary: summary.clone(),
+            },
+        );
+        // Routine passing checks would flood the audit trail; changes do not.
+        if before != Some(passed) {
+            self.event(
+                EventKind::ProtectionChanged {
+                    protection: key.clone(),
+                    passed,
+                },
+                format!(
+                    "protection {key} {}",
+                    if passed {
+                        "passes".to_owned()
+                    } else {
+                        format!("fails: {summary}")
+                    }
+                ),
+            );
+        }
+    }
+
+    fn absorb_info(&mut self, result: &JobResult) {
+        #[derive(serde::Deserialize)]
+        struct InfoDoc {
+            outputs: Vec<InfoOutput>,
+        }
+        self.state.info_at = Some(self.now);
+        self.state.info = if !result.exited_with(0) {
+            vec![InfoOutput {
+                name: "getInfo".into(),
+                text: format!("getInfo {}", result.describe()),
+            }]
+        } else {
+            match serde_json::from_str::<InfoDoc>(&result.stdout) {
+                Ok(doc) => doc.outputs,
+                Err(e) => vec![InfoOutput {
+                    name: "getInfo".into(),
+                    text: format!(
+                        "getInfo printed something other than {{\"outputs\":[{{\"name\",\"text\"}}]}}: {e}"
+                    ),
+                }],
+            }
+        };
+    }
+
+    fn job_finished_event(&mut self, flight: &InFlightJob, result: &JobResult, message: String) {
+        self.event(
+            EventKind::JobFinished {
+                job_id: flight.job_id.clone(),
+                job: flight.kind,
+                outcome: result.outcome.clone(),
+                exit_code: result.exit_code,
+            },
+            message,
+        );
+    }
+
+    fn absorb_apply(
+        &mut self,
+        spec: &CompiledInstance,
+        flight: &InFlightJob,
+        result: &JobResult,
+        stale: bool,
+    ) {
+        let took = human(SignedDuration::from_millis(result.duration_ms as i64));
+        let what = format!("apply of {} (attempt {})", flight.version, flight.attempt);
+        if result.exited_with(0) {
+            self.job_finished_event(flight, result, format!("{what} succeeded in {took}"));
+            if stale {
+                // An older version finished while a newer one was pushed;
+                // without a fetch, applying is all we know of the runtime.
+                if spec.fetch.is_none() {
+                    self.state.current_version = Some(flight.version.clone());
+                }
+                return;
+            }
+            let target = self.target();
+            target.applied_at = Some(result.finished_at);
+            target.applied_seq = Some(flight.seq);
+            target.retry_at = None;
+            target.retryable_exits = 0;
+            if spec.fetch.is_none() {
+                self.converged(spec);
+            }
+            return;
+        }
+        let retryable = result.outcome == JobOutcome::Exited
+            && result
+                .exit_code
+                .is_some_and(|c| spec.apply.retryable_exit_codes.contains(&c));
+        if stale {
+            self.job_finished_event(flight, result, format!("{what} {}", result.describe()));
+            return;
+        }
+        if retryable {
+            let policy = spec.apply.retry_policy;
+            let now = self.now;
+            let target = self.target();
+            target.retryable_exits += 1;
+            let retry_at = after(now, policy.backoff(target.retryable_exits));
+            target.retry_at = Some(retry_at);
+            target.last_failure = Some(format!("{what} {} (retryable)", result.describe()));
+            self.job_finished_event(
+                flight,
+                result,
+                format!(
+                    "{what} {}, which runtime {} marks retryable; retrying at {}",
+                    result.describe(),
+                    spec.runtime,
+                    moment(retry_at)
+                ),
+            );
+            return;
+        }
+        let failure = format!("{what} {}", result.describe());
+        self.job_finished_event(flight, result, failure.clone());
+        self.count_failure(spec, failure);
+        // A lost apply may well have run: look before applying again.
+        if result.outcome == JobOutcome::Lost && spec.fetch.is_some() {
+            self.state.checks_requested = true;
+            if let Some(target) = self.state.target.as_mut() {
+                target.retry_at = None;
+            }
+        }
+    }
+
+    /// Counts a failed attempt against the retry policy: wait and retry, or
+    /// give up on this version.
+    pub(super) fn count_failure(&mut self, spec: &CompiledInstance, failure: String) {
+        let policy = spec.apply.retry_policy;
+        let now = self.now;
+        let target = self.target();
+        target.apply_failures += 1;
+        target.applied_seq = None;
+        target.last_failure = Some(failure.clone());
+        if target.apply_failures >= policy.max_attempts {
+            target.failed = Some(format!(
+                "{failure}; gave up after {} failed attempt(s) (retryPolicy.maxAttempts); \
+                 a new version, a config change or `vergence up` retries",
+                target.apply_failures
+            ));
+            target.retry_at = None;
+        } else {
+            target.retry_at = Some(after(now, policy.backoff(target.apply_failures)));
+        }
+    }
+
+    fn absorb_fetch(
+        &mut self,
+        spec: &CompiledInstance,
+        flight: &InFlightJob,
+        result: &JobResult,
+        stale: bool,
+    ) {
+        let Some(fetch) = &spec.fetch else { return };
+        let (verdict, summary) = fetch::interpret(fetch.mode, result, &flight.version);
+        let previous = self.state.last_fetch.as_ref().map(|o| o.verdict);
+        self.state.last_fetch = Some(FetchObservation {
+            at: self.now,
+            seq: flight.seq,
+            version: flight.version.clone(),
+            verdict,
+            summary: summary.clone(),
+        });
+        // A plan is handed to the apply of the same version; an approval
+        // binds to its digest, so a new plan needs a new approval.
+        if !fetch.job.outputs.is_empty() && result.outcome == JobOutcome::Exited {
+            self.state.plan = (!result.outputs.is_empty()).then(|| {
+                PlanRecord::new(
+                    flight.version.clone(),
+                    flight.seq,
+                    self.now,
+                    result.outputs.clone(),
+                )
+            });
+        }
+        if stale {
+            return;
+        }
+        let target = self.target();
+        if verdict == FetchVerdict::Error {
+            target.fetch_failures += 1;
+        } else {
+            target.fetch_failures = 0;
+        }
+        let rollout_failed = verdict == FetchVerdict::Failed && target.applied_seq.is_some();
+        // Steady-state checks that see nothing new would flood the audit
+        // trail; record fetches that change the picture or fail.
+        if verdict == FetchVerdict::Error || previous != Some(verdict) {
+            self.job_finished_event(flight, result, format!("fetch: {summary}"));
+        }
+        if rollout_failed {
+            self.count_failure(
+                spec,
+                format!("the rollout of {} failed: {summary}", flight.version),
+            );
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Starting jobs: an apply, a fetch, a protection check or getInfo become a
+//! job record with a deterministic id, the instance's in-flight job and a
+//! check at the job's deadline. A job whose runner cannot take it now is not
+//! created: the instance waits BLOCKED for the runner instead.
+
+use jiff::SignedDuration;
+
+use super::{Decider, after};
+use vergence_model::hashing::hash_fields;
+use vergence_model::{
+    CompiledInstance, EventKind, FetchSpec, InFlightJob, JobId, JobKind, JobRecord, JobSpec,
+    JobState, ProtectionCheck, ProtectionKey, Status, WaitCause,
+};
+
+/// Time past a job's own timeout before it is presumed lost: a runner that
+/// died never reports, and the instance must not wait forever.
+const LOST_JOB_SLACK: SignedDuration = SignedDuration::from_mins(2);
+
+/// How soon an instance waiting for its runner (an agent that went quiet)
+/// looks again.
+const RUNNER_RECHECK: SignedDuration = SignedDuration::from_secs(30);
+
+impl Decider<'_> {
+    /// Whether a job on `job`'s runner can start now; when it cannot, the
+    /// instance waits BLOCKED with the runner's reason and looks again soon,
+    /// without counting an attempt.
+    fn runner_ready(&mut self, job: &JobSpec) -> bool {
+        let Some(reason) = self.facts.unavailable(&job.runner) else {
+            return true;
+        };
+        let until = after(self.now, RUNNER_RECHECK);
+        let reason = format!("waiting for the {} runner: {reason}", job.runner.name());
+        self.set_status(Status::Blocked, reason, Some(WaitCause::Time { until }));
+        self.check_at(until);
+        false
+    }
+
+    pub(super) fn dispatch_apply(&mut self, spec: &CompiledInstance, why: String) {
+        if !self.runner_ready(&spec.apply.job) {
+            return;
+        }
+        let now = self.now;
+        let target = self.target();
+        target.apply_attempts += 1;
+        target.apply_started_at = Some(now);
+        target.applied_seq = None;
+        target.retry_at = None;
+        let attempt = target.apply_attempts;
+        let job = self.new_job(spec, JobKind::Apply, &spec.apply.job, attempt);
+        self.event(
+            EventKind::JobStarted {
+                job_id: job.id.clone(),
+                job: JobKind::Apply,
+                attempt,
+            },
+            format!("apply of {} started (attempt {attempt}){why}", spec.version),
+        );
+        self.set_status(
+            Status::Applying,
+            format!("applying {} (attempt {attempt}){why}", spec.version),
+            None,
+        );
+        self.jobs.push(job);
+    }
+
+    pub(super) fn dispatch_fetch(
+        &mut self,
+        spec: &CompiledInstance,
+        fetch: &FetchSpec,
+        verify: bool,
+    ) {
+        if !self.runner_ready(&fetch.job) {
+            return;
+        }
+        self.state.checks_requested = false;
+        let attempt = self.state.target.as_ref().map_or(0, |t| t.fetch_failures) + 1;
+        let job = self.new_job(spec, JobKind::Fetch, &fetch.job, attempt);
+        if verify {
+            self.set_status(
+                Status::Verifying,
+                format!("checking that {} converged after its apply", spec.version),
+                None,
+            );
+        } else if self.state.status == Status::Pending {
+            self.set_status(
+                Status::Pending,
+                format!("checking the runtime for {}", spec.version),
+                None,
+            );
+        }
+        self.jobs.push(job);
+    }
+
+    pub(super) fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &ProtectionKey) {
+        let Some(protection) = spec.protections.iter().find(|p| &p.key() == key) else {
+            return;
+        };
+        let ProtectionCheck::Job { job } = &protection.check else {
+            return;
+        };
+        if !self.runner_ready(job) {
+            return;
+        }
+        let job = self.new_job(spec, JobKind::Protection, job, 1);
+        if let Some(flight) = self.state.in_flight.as_mut() {
+            flight.protection = Some(key.clone());
+        }
+        self.jobs.push(job);
+    }
+
+    /// Runs getInfo at its interval when nothing else is running; its
+    /// outputs are for people and never change convergence.
+    pub(super) fn get_info(&mut self, spec: &CompiledInstance) {
+        let Some(info) = &spec.get_info else {
+            return;
+        };
+        let due = self
+            .state
+            .info_at
+            .map_or(self.now, |at| after(at, info.poll_interval));
+        if self.now < due {
+            self.check_at(due);
+        } else if self.jobs.is_empty()
+            && self.state.in_flight.is_none()
+            && self.facts.unavailable(&info.job.runner).is_none()
+        {
+            let job = self.new_job(spec, JobKind::GetInfo, &info.job, 1);
+            self.jobs.push(job);
+        }
+    }
+
+    fn new_job(
+        &mut self,
+        spec: &CompiledInstance,
+        kind: JobKind,
+        job_spec: &JobSpec,
+        attempt: u32,
+    ) -> JobRecord {
+        self.state.job_seq += 1;
+        let seq = self.state.job_seq;
+        // The time is part of the id so an instance removed and added again
+        // never reuses the id of an old job.
+        let digest = hash_fields([
+            self.key.storage_id().as_bytes(),
+            spec.version.as_str().as_bytes(),
+            kind.as_str().as_bytes(),
+            seq.to_string().as_bytes(),
+            self.now.as_millisecond().to_string().as_bytes(),
+        ]);
+        let id = JobId(format!(
+            "{}-{}",
+            kind.as_str().to_lowercase(),
+            &digest[..20]
+        ));
+        let deadline = after(after(self.now, job_spec.timeout), LOST_JOB_SLACK);
+        self.state.in_flight = Some(InFlightJob {
+            job_id: id.clone(),
+            seq,
+            kind,
+            version: spec.version.clone(),
+            attempt,
+            dispatched_at: self.now,
+            deadline,
+            protection: None,
+        });
+        // The apply of a version gets the plan its fetch produced.
+        let inputs = match (&self.state.plan, kind) {
+            (Some(plan), JobKind::Apply) if plan.version == spec.version => plan.artifacts.clone(),
+            _ => Vec::new(),
+        };
+        self.check_at(deadline);
+        JobRecord {
+            id,
+            instance: self.key.clone(),
+            ids: spec.ids.clone(),
+            kind,
+            version: spec.version.clone(),
+            attempt,
+            spec: job_spec.clone(),
+            workspace_root: spec.workspace_root.clone(),
+            inputs,
+            created_at: self.now,
+            deadline,
+            state: JobState::Created,
+        }
+    }
+}
