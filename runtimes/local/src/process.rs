@@ -299,6 +299,11 @@ fn resolve_secrets(
                         "secret {name} comes from environment variable {var}, which is not set where the local runner runs"
                     )
                 }),
+            other => Err(format!(
+                "secret {name} comes from {}, which only the {} runner reads; the local runner reads secrets from its environment (fromEnv)",
+                other.describe(),
+                other.read_by()
+            )),
         })
         .collect()
 }

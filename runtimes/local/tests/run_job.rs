@@ -397,7 +397,11 @@ echo undeclared > "$VERGENCE_OUTPUT_DIR/other""#,
 async fn an_input_with_a_path_for_a_name_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let mut job = job(root.path(), &["true"]);
-    job.inputs = vec![stored("../escape", b"x").await];
+    // Stored under a plain key; it is the name that would escape the input
+    // directory.
+    let mut escaping = stored("escape", b"x").await;
+    escaping.name = "../escape".into();
+    job.inputs = vec![escaping];
     let result = run_job(&job, artifacts().as_ref()).await;
     assert!(not_started_message(&result).contains("../escape"));
 }

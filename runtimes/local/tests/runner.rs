@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{CollectingSink, artifacts, job, read, script};
 use vergence_model::Error;
 use vergence_model::ports::Runner;
-use vergence_model::{JobId, JobRecord, RunnerSpec};
+use vergence_model::{JobId, JobRecord, KubernetesRunnerSpec, RunnerSpec};
 use vergence_runner_local::LocalRunner;
 
 /// Records when it starts and ends (ns since the epoch) in files named after
@@ -128,10 +128,11 @@ async fn jobs_for_other_runners_are_refused_without_running() {
     let sink = Arc::new(CollectingSink::default());
     let runner = LocalRunner::new(sink.clone(), artifacts(), 1);
     let mut job = job(root.path(), &["./deploy.sh"]);
-    job.spec.runner = RunnerSpec::Kubernetes {
-        agent: "prod-cluster".into(),
+    job.spec.runner = RunnerSpec::Kubernetes(KubernetesRunnerSpec {
+        agent: "prod".into(),
         namespace: None,
-    };
+        service_account: None,
+    });
 
     let error = runner.dispatch(&job).await.unwrap_err();
 

@@ -271,7 +271,7 @@ pub struct Protection {
 
 #[derive(Clone, Debug)]
 pub enum ProtectionTemplate {
-    Job(JobTemplate),
+    Job(Box<JobTemplate>),
     Alert(String),
 }
 

@@ -125,12 +125,7 @@ mod tests {
     }
 
     fn ecs() -> RunnerSpec {
-        RunnerSpec::Ecs {
-            cluster: "c".into(),
-            subnets: vec!["s".into()],
-            security_groups: vec![],
-            assign_public_ip: false,
-        }
+        serde_json::from_str(r#"{"kind":"ecs","cluster":"c","subnets":["s"]}"#).unwrap()
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::instance::{InstanceIds, InstanceKey};
 use super::release::Version;
+use super::runner::{RunnerSpec, SecretRef};
 
 /// A job id. Deterministic per (instance, version, kind, sequence) so a
 /// redelivered message can never create a second job for the same attempt.
@@ -59,88 +60,6 @@ impl fmt::Display for JobKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Where a job runs.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
-pub enum RunnerSpec {
-    /// A process on the machine running Vergence (or inside the worker).
-    Local,
-    /// A Kubernetes Job created by the agent running in the user's cluster.
-    Kubernetes {
-        agent: String,
-        namespace: Option<String>,
-    },
-    /// An ECS task.
-    #[serde(rename_all = "camelCase")]
-    Ecs {
-        cluster: String,
-        subnets: Vec<String>,
-        security_groups: Vec<String>,
-        assign_public_ip: bool,
-    },
-    /// A Cloud Run job.
-    CloudRun { project: String, region: String },
-}
-
-impl RunnerSpec {
-    pub fn kind(&self) -> RunnerKind {
-        match self {
-            RunnerSpec::Local => RunnerKind::Local,
-            RunnerSpec::Kubernetes { .. } => RunnerKind::Kubernetes,
-            RunnerSpec::Ecs { .. } => RunnerKind::Ecs,
-            RunnerSpec::CloudRun { .. } => RunnerKind::CloudRun,
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.kind().as_str()
-    }
-}
-
-/// The kinds of runner, without their settings: what a deployment has a
-/// runner for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RunnerKind {
-    Local,
-    Kubernetes,
-    Ecs,
-    CloudRun,
-}
-
-impl RunnerKind {
-    pub const ALL: [RunnerKind; 4] = [
-        RunnerKind::Local,
-        RunnerKind::Kubernetes,
-        RunnerKind::Ecs,
-        RunnerKind::CloudRun,
-    ];
-
-    /// The name used in config (`runner: {ecs: …}`) and messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunnerKind::Local => "local",
-            RunnerKind::Kubernetes => "kubernetes",
-            RunnerKind::Ecs => "ecs",
-            RunnerKind::CloudRun => "cloudRun",
-        }
-    }
-}
-
-impl fmt::Display for RunnerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where a secret value comes from. Secrets are resolved by the runner at
-/// dispatch time and never stored or logged.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum SecretRef {
-    /// An environment variable of the process that runs the job's runner.
-    FromEnv(String),
 }
 
 /// A fully resolved job: what to run, where, with what environment.

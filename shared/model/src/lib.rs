@@ -24,6 +24,7 @@ pub mod names;
 pub mod policy;
 pub mod ports;
 pub mod release;
+pub mod runner;
 pub mod token;
 pub mod window;
 
@@ -37,5 +38,6 @@ pub use job::*;
 pub use names::*;
 pub use policy::*;
 pub use release::*;
+pub use runner::*;
 pub use token::*;
 pub use window::*;

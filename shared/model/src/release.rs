@@ -8,8 +8,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::instance::InstanceKey;
-use super::job::SecretRef;
 use super::names::{ApplicationName, ServiceName};
+use super::runner::SecretRef;
 
 /// A typed parameter value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use super::{Checker, check_env_name, unknown_param_message};
 use crate::config::schema::{ProgramDoc, RunnerDoc, TaskConfigDoc};
 use crate::model::{JobTemplate, ParamDecl, ParamKind};
 use crate::template::{Reference, Template};
-use vergence_model::{RunnerSpec, Source};
+use vergence_model::{CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerSpec, Source};
 
 /// A `{{.Constants.name}}` in a job template, and where it is written.
 pub(super) struct ConstantUse {
@@ -199,24 +199,36 @@ impl Checker<'_> {
 fn runner_spec(doc: Option<&RunnerDoc>) -> RunnerSpec {
     match doc {
         None | Some(RunnerDoc::Local {}) => RunnerSpec::Local,
-        Some(RunnerDoc::Kubernetes { agent, namespace }) => RunnerSpec::Kubernetes {
-            agent: agent.clone(),
-            namespace: namespace.clone(),
-        },
+        Some(RunnerDoc::Kubernetes { agent, namespace }) => {
+            RunnerSpec::Kubernetes(KubernetesRunnerSpec {
+                agent: agent.clone(),
+                namespace: namespace.clone(),
+                service_account: None,
+            })
+        }
         Some(RunnerDoc::Ecs {
             cluster,
             subnets,
             security_groups,
             assign_public_ip,
-        }) => RunnerSpec::Ecs {
+        }) => RunnerSpec::Ecs(EcsRunnerSpec {
             cluster: cluster.clone(),
+            region: None,
             subnets: subnets.clone(),
             security_groups: security_groups.clone(),
             assign_public_ip: assign_public_ip.unwrap_or(false),
-        },
-        Some(RunnerDoc::CloudRun { project, region }) => RunnerSpec::CloudRun {
+            task_role_arn: None,
+            execution_role_arn: None,
+            cpu: EcsRunnerSpec::DEFAULT_CPU,
+            memory: EcsRunnerSpec::DEFAULT_MEMORY,
+            log_group: EcsRunnerSpec::DEFAULT_LOG_GROUP.to_owned(),
+        }),
+        Some(RunnerDoc::CloudRun { project, region }) => RunnerSpec::CloudRun(CloudRunRunnerSpec {
             project: project.clone(),
             region: region.clone(),
-        },
+            service_account: None,
+            cpu: None,
+            memory: None,
+        }),
     }
 }

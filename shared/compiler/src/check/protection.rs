@@ -40,7 +40,8 @@ impl<'a> Checker<'a> {
                     params: &params,
                     owner: &format!("protection {}", doc.name),
                 };
-                self.check_job(source, input).map(ProtectionTemplate::Job)
+                self.check_job(source, input)
+                    .map(|job| ProtectionTemplate::Job(Box::new(job)))
             }
             (None, Some(alert)) => match vergence_model::check_name(alert) {
                 Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),

@@ -1,0 +1,223 @@
+//! Runners: where a job runs (a local process, an ECS task, a Cloud Run
+//! job, a Kubernetes Job through an agent) with the settings each needs,
+//! and where a job's secrets come from.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job runs, with that runner's settings for this runtime and
+/// release channel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum RunnerSpec {
+    /// A process on the machine running Vergence (or inside the worker), or
+    /// a container there when the program names an image.
+    Local,
+    /// A Kubernetes Job created by the agent running in the user's cluster.
+    Kubernetes(KubernetesRunnerSpec),
+    /// An ECS task on Fargate in the user's cluster.
+    Ecs(EcsRunnerSpec),
+    /// An execution of a Cloud Run job.
+    CloudRun(CloudRunRunnerSpec),
+}
+
+impl RunnerSpec {
+    pub fn kind(&self) -> RunnerKind {
+        match self {
+            RunnerSpec::Local => RunnerKind::Local,
+            RunnerSpec::Kubernetes(_) => RunnerKind::Kubernetes,
+            RunnerSpec::Ecs(_) => RunnerKind::Ecs,
+            RunnerSpec::CloudRun(_) => RunnerKind::CloudRun,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// Kubernetes Jobs, created and watched by `vergence-agent` in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesRunnerSpec {
+    /// The agent (by name) that runs jobs in the cluster.
+    pub agent: String,
+    /// Namespace of the Jobs; the agent's own when not given.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Service account the Job's pod runs as.
+    #[serde(default)]
+    pub service_account: Option<String>,
+}
+
+/// ECS tasks on Fargate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EcsRunnerSpec {
+    /// Cluster name or ARN.
+    pub cluster: String,
+    /// Region of the cluster; the deployment's own region when not given.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Subnets of the task's network interface (awsvpc).
+    pub subnets: Vec<String>,
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    /// Whether the task gets a public IP (needed to pull images from a
+    /// public subnet without a NAT gateway).
+    #[serde(default)]
+    pub assign_public_ip: bool,
+    /// Role the job's code runs as.
+    #[serde(default)]
+    pub task_role_arn: Option<String>,
+    /// Role ECS uses to pull the image, write logs and read secrets.
+    #[serde(default)]
+    pub execution_role_arn: Option<String>,
+    /// Fargate CPU units (256 = ¼ vCPU).
+    #[serde(default = "EcsRunnerSpec::default_cpu")]
+    pub cpu: u32,
+    /// Memory in MiB.
+    #[serde(default = "EcsRunnerSpec::default_memory")]
+    pub memory: u32,
+    /// CloudWatch Logs group the awslogs driver writes the job's output to.
+    #[serde(default = "EcsRunnerSpec::default_log_group")]
+    pub log_group: String,
+}
+
+impl EcsRunnerSpec {
+    pub const DEFAULT_CPU: u32 = 256;
+    pub const DEFAULT_MEMORY: u32 = 512;
+    pub const DEFAULT_LOG_GROUP: &'static str = "/vergence/jobs";
+
+    fn default_cpu() -> u32 {
+        Self::DEFAULT_CPU
+    }
+
+    fn default_memory() -> u32 {
+        Self::DEFAULT_MEMORY
+    }
+
+    fn default_log_group() -> String {
+        Self::DEFAULT_LOG_GROUP.to_owned()
+    }
+}
+
+/// Cloud Run jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudRunRunnerSpec {
+    pub project: String,
+    pub region: String,
+    /// Service account the job runs as; the project's default when not given.
+    #[serde(default)]
+    pub service_account: Option<String>,
+    /// CPU limit, as Cloud Run writes it (`"1"`, `"2"`).
+    #[serde(default)]
+    pub cpu: Option<String>,
+    /// Memory limit, as Cloud Run writes it (`"512Mi"`, `"2Gi"`).
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+/// The kinds of runner, without their settings: what a deployment has a
+/// runner for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunnerKind {
+    Local,
+    Kubernetes,
+    Ecs,
+    CloudRun,
+}
+
+impl RunnerKind {
+    pub const ALL: [RunnerKind; 4] = [
+        RunnerKind::Local,
+        RunnerKind::Kubernetes,
+        RunnerKind::Ecs,
+        RunnerKind::CloudRun,
+    ];
+
+    /// The name used in config (`runner: {ecs: …}`) and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Local => "local",
+            RunnerKind::Kubernetes => "kubernetes",
+            RunnerKind::Ecs => "ecs",
+            RunnerKind::CloudRun => "cloudRun",
+        }
+    }
+}
+
+impl fmt::Display for RunnerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a secret's value comes from. Vergence stores only this reference;
+/// the value is resolved where the job runs, never stored or logged, and
+/// never put on a command line. Each runner reads the sources its platform
+/// has (see [`SecretRef::read_by`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SecretRef {
+    /// An environment variable of the process that runs the local runner.
+    FromEnv(String),
+    /// An AWS Secrets Manager secret ARN (ECS's `valueFrom`, which may add
+    /// `:json-key:version-stage:version-id`).
+    AwsSecretsManager(String),
+    /// An SSM Parameter Store parameter ARN or name.
+    AwsSsmParameter(String),
+    /// A Secret Manager version: `projects/P/secrets/S/versions/V`.
+    GcpSecretManager(String),
+    /// A key of a Kubernetes Secret in the Job's namespace.
+    KubernetesSecret { name: String, key: String },
+}
+
+impl SecretRef {
+    /// The runner kind that can read this source.
+    pub fn read_by(&self) -> RunnerKind {
+        match self {
+            SecretRef::FromEnv(_) => RunnerKind::Local,
+            SecretRef::AwsSecretsManager(_) | SecretRef::AwsSsmParameter(_) => RunnerKind::Ecs,
+            SecretRef::GcpSecretManager(_) => RunnerKind::CloudRun,
+            SecretRef::KubernetesSecret { .. } => RunnerKind::Kubernetes,
+        }
+    }
+
+    /// The source as written in config, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            SecretRef::FromEnv(var) => format!("environment variable {var}"),
+            SecretRef::AwsSecretsManager(arn) => format!("AWS Secrets Manager secret {arn}"),
+            SecretRef::AwsSsmParameter(name) => format!("SSM parameter {name}"),
+            SecretRef::GcpSecretManager(name) => format!("Secret Manager version {name}"),
+            SecretRef::KubernetesSecret { name, key } => {
+                format!("key {key} of Kubernetes Secret {name}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_specs_are_stored_with_their_kind_and_read_back_with_defaults() {
+        let stored = r#"{"kind":"ecs","cluster":"jobs","subnets":["subnet-1"],"securityGroups":[],"assignPublicIp":false}"#;
+        let RunnerSpec::Ecs(ecs) = serde_json::from_str::<RunnerSpec>(stored).unwrap() else {
+            panic!("an ecs runner");
+        };
+        assert_eq!(ecs.cpu, EcsRunnerSpec::DEFAULT_CPU);
+        assert_eq!(ecs.memory, EcsRunnerSpec::DEFAULT_MEMORY);
+        assert_eq!(ecs.log_group, "/vergence/jobs");
+        let local = serde_json::to_string(&RunnerSpec::Local).unwrap();
+        assert_eq!(local, r#"{"kind":"local"}"#);
+        let k8s: RunnerSpec =
+            serde_json::from_str(r#"{"kind":"kubernetes","agent":"prod-eu","namespace":null}"#)
+                .unwrap();
+        assert_eq!(k8s.kind(), RunnerKind::Kubernetes);
+    }
+}
