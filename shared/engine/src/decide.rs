@@ -10,7 +10,7 @@ use super::gates::{self, Gate, human};
 use super::rollback;
 use super::{Decision, Facts};
 use vergence_model::{
-    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FetchSpec, FetchVerdict,
+    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FetchSpec, FetchVerdict, InFlightJob,
     InstanceControls, InstanceKey, InstanceRecord, InstanceState, JobOutcome, JobRecord, JobResult,
     Precondition, Status, TargetProgress, Version, WaitCause,
 };
@@ -18,6 +18,10 @@ use vergence_model::{
 mod absorb;
 mod jobs;
 mod verdicts;
+
+/// When to look again at a job being stopped, should the step that stops
+/// it die first.
+const STOP_RECHECK: SignedDuration = SignedDuration::from_secs(5);
 
 /// Who the engine's events are attributed to.
 pub const ACTOR: &str = "engine";
@@ -108,21 +112,10 @@ impl Decider<'_> {
             self.absorb(&spec, &flight, result);
         }
         self.ensure_target(&spec);
-        if let Some(flight) = self.state.in_flight.clone() {
-            if self.now < flight.deadline {
-                self.check_at(flight.deadline);
-                return;
-            }
-            let lost = JobResult {
-                outcome: JobOutcome::Lost,
-                exit_code: None,
-                stdout: String::new(),
-                stderr_tail: String::new(),
-                duration_ms: 0,
-                outputs: Vec::new(),
-                finished_at: self.now,
-            };
-            self.absorb(&spec, &flight, &lost);
+        if let Some(flight) = self.state.in_flight.clone()
+            && self.wait_for(&spec, &flight)
+        {
+            return;
         }
         self.evaluate(&spec);
         if let Some(rollback) = rollback::automatic(&self.state, desired, self.now) {
@@ -132,6 +125,46 @@ impl Decider<'_> {
             self.evaluate(&spec);
         }
         self.get_info(desired);
+    }
+
+    /// Whether to keep waiting for the job in flight. A job of another
+    /// version than the one wanted now (a newer release, a rollback) is
+    /// stopped first: the next step stops it on its platform, so two
+    /// versions never run against the runtime at once. A job past its
+    /// deadline with no result is lost.
+    fn wait_for(&mut self, spec: &CompiledInstance, flight: &InFlightJob) -> bool {
+        if flight.version != spec.version {
+            if flight.stop.is_none() {
+                let reason = format!("{} superseded it", spec.version);
+                self.event(
+                    EventKind::JobStopRequested {
+                        job_id: flight.job_id.clone(),
+                        job: flight.kind,
+                    },
+                    format!(
+                        "stopping the {} of {}: {reason}",
+                        flight.kind, flight.version
+                    ),
+                );
+                if let Some(f) = self.state.in_flight.as_mut() {
+                    f.stop = Some(reason);
+                }
+            }
+            // The engine stops it right after storing this; should that
+            // step die, the next one stops it.
+            self.check_at(after(self.now, STOP_RECHECK));
+            return true;
+        }
+        if self.now >= flight.deadline {
+            let lost = JobResult::without_output(JobOutcome::Lost, self.now);
+            self.absorb(spec, flight, &lost);
+            return false;
+        }
+        self.check_at(flight.deadline);
+        if let Some(every) = flight.poll_every {
+            self.check_at(after(self.now, every).min(flight.deadline));
+        }
+        true
     }
 
     /// What the instance should run now: the desired state, or during a

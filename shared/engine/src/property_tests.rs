@@ -624,6 +624,19 @@ impl World {
             }
             _ => (self.sims[ch.index()].step().clone(), false),
         };
+        // A decision that supersedes the job in flight is followed at once
+        // by its stop and a second decision, as Engine::step does.
+        let (decision, finished) = if decision
+            .state
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.stop.is_some())
+        {
+            self.check_stop_request(ch, &before, &decision)?;
+            (self.sims[ch.index()].stop().clone(), true)
+        } else {
+            (decision, finished)
+        };
         if finished
             && let Some(flight) = &flight
             && flight
@@ -681,6 +694,40 @@ impl World {
         {
             self.failed_in_staging.insert(failed.to_string());
         }
+    }
+
+    /// A stop is asked only for a job of a version no longer wanted, and
+    /// starts nothing until the job has ended.
+    fn check_stop_request(
+        &self,
+        ch: Ch,
+        before: &InstanceRecord,
+        decision: &Decision,
+    ) -> Result<(), TestCaseError> {
+        let flight = decision.state.in_flight.as_ref();
+        prop_assert!(
+            decision.jobs.is_empty(),
+            "{} started a job while stopping another\n{}",
+            ch.name(),
+            self.context()
+        );
+        prop_assert!(
+            flight.map(|f| &f.job_id) == before.state.in_flight.as_ref().map(|f| &f.job_id),
+            "{} asked to stop a job that was not in flight\n{}",
+            ch.name(),
+            self.context()
+        );
+        prop_assert!(
+            flight.is_some_and(|f| decision
+                .state
+                .target
+                .as_ref()
+                .is_some_and(|t| t.version != f.version)),
+            "{} stopped a job of the version it wants\n{}",
+            ch.name(),
+            self.context()
+        );
+        Ok(())
     }
 
     fn context(&self) -> String {
@@ -762,6 +809,7 @@ impl World {
         if let Some(flight) = &before.state.in_flight
             && !finished
             && self.now < flight.deadline
+            && flight.stop.is_none()
         {
             prop_assert!(
                 d.jobs.is_empty() && d.state.in_flight.as_ref() == Some(flight),

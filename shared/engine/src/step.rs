@@ -68,10 +68,15 @@ impl Engine {
         }
     }
 
-    /// One convergence step for `key`.
+    /// One convergence step for `key`. A decision that asks for a
+    /// superseded job to be stopped is followed at once by the stop and a
+    /// second decision, so the next version's job starts in the same step.
     #[instrument(skip(self), fields(application = %key.application, service = %key.service, release_channel = %key.release_channel))]
     pub async fn step(&self, key: &InstanceKey) -> Result<StepReport> {
-        for _ in 0..MAX_CONFLICT_RETRIES {
+        let mut events = Vec::new();
+        let mut conflicts = 0;
+        let mut stopped = false;
+        loop {
             let Some(record) = self.store.get_instance(key).await? else {
                 return Ok(StepReport::default());
             };
@@ -82,34 +87,57 @@ impl Engine {
             if decision.is_noop(&record) {
                 return Ok(StepReport {
                     status: Some(record.state.status),
+                    events,
                     next_check_at: record.next_check_at,
                     settled: Some(settled(&record)),
                     ..StepReport::default()
                 });
             }
             match self.persist(&record, &decision, now).await {
-                Ok((events, stored)) => {
-                    for job in &decision.jobs {
-                        self.dispatch(job).await?;
+                Ok((recorded, stored)) => {
+                    events.extend(recorded);
+                    if !stopped && stopping(&decision) {
+                        stopped = true;
+                        continue;
                     }
-                    self.schedule(key, &decision, now).await?;
-                    debug!(status = %decision.state.status, revision = record.revision + 1, "stepped");
-                    return Ok(StepReport {
-                        status: Some(decision.state.status),
-                        events,
-                        dispatched: decision.jobs.iter().map(|j| j.id.clone()).collect(),
-                        next_check_at: decision.next_check_at,
-                        settled: Some(settled(&stored)),
-                    });
+                    return self.act(key, &decision, stored, events, now).await;
                 }
                 Err(Error::Conflict { what }) => {
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICT_RETRIES {
+                        return Err(Error::Conflict {
+                            what: format!(
+                                "instance {key} (still changing after {MAX_CONFLICT_RETRIES} attempts)"
+                            ),
+                        });
+                    }
                     debug!(%what, "lost a race; deciding again from fresh state");
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(Error::Conflict {
-            what: format!("instance {key} (still changing after {MAX_CONFLICT_RETRIES} attempts)"),
+    }
+
+    /// After a decision is stored: start its jobs and schedule what comes next.
+    async fn act(
+        &self,
+        key: &InstanceKey,
+        decision: &Decision,
+        stored: InstanceRecord,
+        events: Vec<Event>,
+        now: Timestamp,
+    ) -> Result<StepReport> {
+        for job in &decision.jobs {
+            self.dispatch(job).await?;
+        }
+        self.schedule(key, decision, now).await?;
+        debug!(status = %decision.state.status, revision = stored.revision, "stepped");
+        Ok(StepReport {
+            status: Some(decision.state.status),
+            events,
+            dispatched: decision.jobs.iter().map(|j| j.id.clone()).collect(),
+            next_check_at: decision.next_check_at,
+            settled: Some(settled(&stored)),
         })
     }
 
@@ -141,7 +169,9 @@ impl Engine {
     async fn facts(&self, record: &InstanceRecord, now: Timestamp) -> Result<Facts> {
         let mut facts = load_facts(self.store.as_ref(), record, now).await?;
         if let Some(flight) = &record.state.in_flight {
-            facts.finished_job = self.finished_job(&flight.job_id, now).await?;
+            facts.finished_job = self
+                .finished_job(&flight.job_id, flight.stop.as_deref(), now)
+                .await?;
         }
         if let Some(spec) = record.desired.compiled() {
             for runner in runners_of(spec) {
@@ -158,12 +188,20 @@ impl Engine {
     /// is asked (a lost report only delays a result); a job still running
     /// past its deadline is stopped on its platform and recorded as timed
     /// out. Results are recorded once, whoever reports first.
-    async fn finished_job(&self, id: &JobId, now: Timestamp) -> Result<Option<JobRecord>> {
+    async fn finished_job(
+        &self,
+        id: &JobId,
+        stop: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Option<JobRecord>> {
         let Some(job) = self.store.get_job(id).await? else {
             return Ok(None);
         };
         if job.result().is_some() {
             return Ok(Some(job));
+        }
+        if let Some(reason) = stop {
+            return self.stop_job(&job, reason, now).await.map(Some);
         }
         if !matches!(job.state, JobState::Dispatched { .. }) {
             return Ok(None);
@@ -185,6 +223,28 @@ impl Engine {
         self.store.finish_job(id, &result).await?;
         // Whoever recorded first wins; read what was kept.
         self.store.get_job(id).await
+    }
+
+    /// Stops a superseded job and records it as stopped, so nothing it
+    /// reports later is taken for a result. A job never handed to a runner
+    /// only needs the record. A failed stop is retried by the next step.
+    async fn stop_job(&self, job: &JobRecord, reason: &str, now: Timestamp) -> Result<JobRecord> {
+        if matches!(job.state, JobState::Dispatched { .. }) {
+            self.runners.stop(job, reason).await?;
+        }
+        let stopped = JobResult::without_output(
+            JobOutcome::Stopped {
+                reason: reason.to_owned(),
+            },
+            now,
+        );
+        self.store.finish_job(&job.id, &stopped).await?;
+        // A result that won the race is kept; either way it has ended.
+        Ok(self
+            .store
+            .get_job(&job.id)
+            .await?
+            .unwrap_or_else(|| job.clone()))
     }
 
     /// A job recorded by a step whose worker died before dispatching it is
@@ -297,6 +357,15 @@ impl JobResultSink for JobCompletion {
         }
         Ok(())
     }
+}
+
+/// Whether a decision asks for its job in flight to be stopped.
+fn stopping(decision: &Decision) -> bool {
+    decision
+        .state
+        .in_flight
+        .as_ref()
+        .is_some_and(|f| f.stop.is_some())
 }
 
 /// Asks for every instance whose `next_check_at` has come (up to `limit`,

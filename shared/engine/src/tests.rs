@@ -137,13 +137,6 @@ impl Sim {
         stdout: &str,
         outputs: Vec<Artifact>,
     ) -> &Decision {
-        let flight = self
-            .record
-            .state
-            .in_flight
-            .clone()
-            .expect("a job in flight");
-        let spec = self.record.desired.compiled().unwrap();
         let result = JobResult {
             outcome: JobOutcome::Exited,
             exit_code: Some(exit_code),
@@ -157,6 +150,34 @@ impl Sim {
             outputs,
             finished_at: self.now,
         };
+        self.end_with(result)
+    }
+
+    /// The engine stops the in-flight job, as it does when a decision asks
+    /// for a superseded job to be stopped.
+    pub(super) fn stop(&mut self) -> &Decision {
+        let reason = self
+            .record
+            .state
+            .in_flight
+            .as_ref()
+            .and_then(|f| f.stop.clone())
+            .expect("a job to stop");
+        self.end_with(JobResult::without_output(
+            JobOutcome::Stopped { reason },
+            self.now,
+        ))
+    }
+
+    /// The in-flight job ends with `result`; the next decision sees it.
+    pub(super) fn end_with(&mut self, result: JobResult) -> &Decision {
+        let flight = self
+            .record
+            .state
+            .in_flight
+            .clone()
+            .expect("a job in flight");
+        let spec = self.record.desired.compiled().unwrap();
         let job = JobRecord {
             id: flight.job_id.clone(),
             instance: self.record.key.clone(),
@@ -781,5 +802,57 @@ fn an_unavailable_runner_holds_the_instance_blocked_without_counting_attempts() 
     assert_eq!(
         decision.jobs[0].attempt, 1,
         "no attempt was counted while blocked"
+    );
+}
+
+#[test]
+fn a_job_of_a_superseded_version_is_stopped_before_the_new_version_starts() {
+    let mut sim = Sim::new(spec("staging", "v1", None));
+    let first = sim.step().clone();
+    assert_eq!(first.jobs[0].kind, JobKind::Apply);
+    sim.set_desired(spec("staging", "v2", None));
+    let asked = sim.step().clone();
+    assert!(asked.jobs.is_empty(), "nothing starts beside the old apply");
+    let flight = sim.record.state.in_flight.clone().unwrap();
+    assert_eq!(flight.version, "v1");
+    assert_eq!(flight.stop.as_deref(), Some("v2 superseded it"));
+    assert!(sim.event_kinds().contains(&"jobStopRequested"));
+    let after_stop = sim.stop().clone();
+    assert_eq!(after_stop.jobs.len(), 1, "the apply of v2 starts");
+    assert_eq!(after_stop.jobs[0].version, "v2");
+    let stopped = sim
+        .record
+        .state
+        .last_jobs
+        .iter()
+        .find(|j| j.kind == JobKind::Apply)
+        .unwrap();
+    assert!(matches!(stopped.outcome, JobOutcome::Stopped { .. }));
+    assert_eq!(
+        sim.record.state.target.as_ref().unwrap().apply_failures,
+        0,
+        "a stopped job is no failure of the new version"
+    );
+}
+
+#[test]
+fn jobs_on_runners_whose_reports_can_be_lost_are_polled_while_they_run() {
+    let mut ecs = spec("staging", "v1", None);
+    ecs.apply.job.runner =
+        serde_json::from_str(r#"{"kind":"ecs","cluster":"jobs","subnets":["subnet-1"]}"#).unwrap();
+    let mut sim = Sim::new(ecs);
+    let started = sim.step().clone();
+    assert_eq!(started.jobs.len(), 1);
+    assert_eq!(
+        started.next_check_at,
+        Some(sim.now + SignedDuration::from_secs(60)),
+        "the safety net under the task-stopped event"
+    );
+    let mut local = Sim::new(spec("staging", "v1", None));
+    let started = local.step().clone();
+    assert_eq!(
+        started.next_check_at,
+        Some(started.jobs[0].deadline),
+        "local jobs report from the same process"
     );
 }

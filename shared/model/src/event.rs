@@ -34,6 +34,13 @@ pub enum EventKind {
         outcome: JobOutcome,
         exit_code: Option<i32>,
     },
+    /// A running job was superseded (a newer version, a rollback) and is
+    /// being stopped.
+    #[serde(rename_all = "camelCase")]
+    JobStopRequested {
+        job_id: JobId,
+        job: JobKind,
+    },
     DriftDetected {
         version: Version,
     },
@@ -99,6 +106,7 @@ impl EventKind {
             EventKind::DesiredVersionChanged { .. } => "desiredVersionChanged",
             EventKind::JobStarted { .. } => "jobStarted",
             EventKind::JobFinished { .. } => "jobFinished",
+            EventKind::JobStopRequested { .. } => "jobStopRequested",
             EventKind::DriftDetected { .. } => "driftDetected",
             EventKind::Converged { .. } => "converged",
             EventKind::ConfigApplied { .. } => "configApplied",

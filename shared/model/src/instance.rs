@@ -371,6 +371,15 @@ pub struct InFlightJob {
     /// For protection jobs: which protection ([`CompiledProtection::key`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protection: Option<ProtectionKey>,
+    /// How often to ask the job's runner while it runs, for runners whose
+    /// reports can be lost (platform events, an agent); none for runners
+    /// that report from the same process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_every: Option<jiff::SignedDuration>,
+    /// Set when a newer version or a rollback superseded the job: why. The
+    /// next step stops it on its platform before anything else runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 /// What the latest fetch said about the desired version.

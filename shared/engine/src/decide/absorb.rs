@@ -34,6 +34,21 @@ impl Decider<'_> {
         };
         self.state.last_jobs.retain(|j| j.kind != flight.kind);
         self.state.last_jobs.push(summary);
+        if let JobOutcome::Stopped { reason } = &result.outcome {
+            // Superseded: what it would have said is about a version that
+            // is no longer wanted.
+            let message = format!("{} of {} stopped: {reason}", flight.kind, flight.version);
+            self.event(
+                EventKind::JobFinished {
+                    job_id: flight.job_id.clone(),
+                    job: flight.kind,
+                    outcome: result.outcome.clone(),
+                    exit_code: result.exit_code,
+                },
+                message,
+            );
+            return;
+        }
         let stale = self
             .state
             .target

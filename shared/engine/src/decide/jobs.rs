@@ -9,7 +9,7 @@ use super::{Decider, after};
 use vergence_model::hashing::hash_fields;
 use vergence_model::{
     CompiledInstance, EventKind, FetchSpec, InFlightJob, JobId, JobKind, JobRecord, JobSpec,
-    JobState, ProtectionCheck, ProtectionKey, Status, WaitCause,
+    JobState, ProtectionCheck, ProtectionKey, RunnerKind, Status, WaitCause,
 };
 
 /// Time past a job's own timeout before it is presumed lost: a runner that
@@ -129,7 +129,7 @@ impl Decider<'_> {
         }
     }
 
-    fn new_job(
+    pub(super) fn new_job(
         &mut self,
         spec: &CompiledInstance,
         kind: JobKind,
@@ -162,7 +162,12 @@ impl Decider<'_> {
             dispatched_at: self.now,
             deadline,
             protection: None,
+            poll_every: poll_every(job_spec.runner.kind()),
+            stop: None,
         });
+        if let Some(every) = poll_every(job_spec.runner.kind()) {
+            self.check_at(after(self.now, every));
+        }
         // The apply of a version gets the plan its fetch produced.
         let inputs = match (&self.state.plan, kind) {
             (Some(plan), JobKind::Apply) if plan.version == spec.version => plan.artifacts.clone(),
@@ -183,5 +188,18 @@ impl Decider<'_> {
             deadline,
             state: JobState::Created,
         }
+    }
+}
+
+/// How often a running job's runner is asked for its result: the safety net
+/// under the reports that normally bring it (a lost platform event or agent
+/// report then only delays a result). Local jobs report from this process.
+fn poll_every(runner: RunnerKind) -> Option<SignedDuration> {
+    match runner {
+        RunnerKind::Local => None,
+        // Task state change events usually arrive within seconds.
+        RunnerKind::Ecs | RunnerKind::Kubernetes => Some(SignedDuration::from_secs(60)),
+        // Cloud Run sends nothing: its executions are only ever polled.
+        RunnerKind::CloudRun => Some(SignedDuration::from_secs(15)),
     }
 }
