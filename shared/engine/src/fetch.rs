@@ -91,11 +91,27 @@ pub enum ObjectStatus {
     Failed,
 }
 
+/// The fetch's JSON: all of stdout, or else its last line that is a JSON
+/// object — platforms whose logs mix stderr into stdout (awslogs, pod logs)
+/// put the program's other lines around it. The error is the whole
+/// output's, which says best what went wrong.
+fn parse_output(stdout: &str) -> Result<FetchOutput, serde_json::Error> {
+    serde_json::from_str(stdout.trim()).or_else(|whole| {
+        stdout
+            .lines()
+            .rev()
+            .map(str::trim)
+            .filter(|line| line.starts_with('{'))
+            .find_map(|line| serde_json::from_str(line).ok())
+            .ok_or(whole)
+    })
+}
+
 /// Converged when every object is SUCCEEDED and has exactly one active
 /// version, equal to the desired one and not drifted. A missing status is
 /// PENDING. Malformed output is an error that says what is wrong.
 pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
-    let output: FetchOutput = match serde_json::from_str(stdout.trim()) {
+    let output: FetchOutput = match parse_output(stdout) {
         Ok(output) => output,
         Err(e) => {
             let shown: String = stdout.trim().chars().take(120).collect();
@@ -215,6 +231,15 @@ mod tests {
             structured(out, "v"),
             (FetchVerdict::InProgress, "a is rolling out v".to_owned())
         );
+    }
+
+    #[test]
+    fn the_json_line_is_found_among_other_log_lines() {
+        let mixed = "Pulling state...\nwarning: slow API\n{\"objects\":[{\"name\":\"a\",\"versions\":[{\"version\":\"v\",\"active\":true}],\"status\":\"SUCCEEDED\"}]}\ndone\n";
+        assert_eq!(structured(mixed, "v").0, FetchVerdict::Converged);
+        let (verdict, summary) = structured("no json here\n{not json\n", "v");
+        assert_eq!(verdict, FetchVerdict::Error);
+        assert!(summary.contains("malformed"), "{summary}");
     }
 
     #[test]
