@@ -1,0 +1,313 @@
+//! Conformance: config snapshots and pointer, releases, tokens, alerts,
+//! approvals and events.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::bundle::ConfigBundle;
+use crate::error::Error;
+use crate::ports::*;
+use crate::*;
+
+use super::*;
+
+fn pointer(hash: &str, channels: &[&str]) -> CurrentConfig {
+    CurrentConfig {
+        hash: hash.into(),
+        revision: 0,
+        channels: [(
+            ApplicationName::parse("shop").expect("name"),
+            channels
+                .iter()
+                .map(|c| ReleaseChannelName::parse(*c).expect("name"))
+                .collect(),
+        )]
+        .into(),
+    }
+}
+
+pub async fn snapshots_are_immutable_and_idempotent(store: Arc<dyn StateStore>) {
+    let bundle = ConfigBundle::from_files(BTreeMap::from([("a.yaml".into(), "x: 1".into())]));
+    let snapshot = ConfigSnapshot {
+        hash: bundle.hash(),
+        bundle,
+        created_at: t(0),
+        actor: "test".into(),
+    };
+    store.put_snapshot(&snapshot).await.expect("first put");
+    store
+        .put_snapshot(&snapshot)
+        .await
+        .expect("the same snapshot again is fine");
+    let read = store.get_snapshot(&snapshot.hash).await.expect("get");
+    assert_eq!(read.as_ref(), Some(&snapshot));
+    assert_eq!(store.get_snapshot("nope").await.expect("get"), None);
+}
+
+pub async fn current_config_moves_only_from_the_revision_read(store: Arc<dyn StateStore>) {
+    assert_eq!(store.current_config().await.expect("read"), None);
+    let first = store
+        .set_current_config(&pointer("a", &["staging"]), None)
+        .await
+        .expect("first pointer");
+    let b = pointer("b", &["staging", "prod"]);
+    assert!(
+        is_conflict(&store.set_current_config(&b, None).await),
+        "a pointer exists now"
+    );
+    assert!(is_conflict(
+        &store.set_current_config(&b, Some(first + 7)).await
+    ));
+    let second = store
+        .set_current_config(&b, Some(first))
+        .await
+        .expect("from the revision read");
+    assert!(second > first);
+    let read = store.current_config().await.expect("read").expect("set");
+    assert_eq!(
+        read,
+        CurrentConfig {
+            revision: second,
+            ..b
+        }
+    );
+    assert_eq!(
+        read.rank(
+            &ApplicationName::parse("shop").unwrap(),
+            &ReleaseChannelName::parse("prod").unwrap()
+        ),
+        Some(1)
+    );
+}
+
+pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
+    store: Arc<dyn StateStore>,
+) {
+    let release = |version: &str, image: &str, at: i64| Release {
+        application: "shop".parse().expect("n"),
+        service: "web".parse().expect("n"),
+        version: version.parse().expect("version"),
+        params: BTreeMap::from([("image".to_owned(), ParamValue::DockerImage(image.into()))]),
+        config_fingerprint: "f".into(),
+        created_at: t(at),
+        actor: "ci".into(),
+    };
+    let (app, svc) = ("shop".parse().expect("n"), "web".parse().expect("n"));
+    assert_eq!(
+        store.latest_release(&app, &svc).await.expect("latest"),
+        None
+    );
+    store
+        .put_release(&release("v1", "r/w:1", 1))
+        .await
+        .expect("v1");
+    store
+        .put_release(&release("v2", "r/w:2", 2))
+        .await
+        .expect("v2");
+    assert_eq!(
+        store
+            .latest_release(&app, &svc)
+            .await
+            .expect("latest")
+            .map(|r| r.version),
+        Some("v2".parse().expect("version"))
+    );
+    // Rolling back by pushing v1 again makes it latest; its record is unchanged.
+    store
+        .put_release(&release("v1", "r/w:1", 3))
+        .await
+        .expect("v1 again");
+    let latest = store
+        .latest_release(&app, &svc)
+        .await
+        .expect("latest")
+        .expect("some");
+    assert_eq!(latest.version, "v1");
+    assert_eq!(latest.created_at, t(1), "a release's record is immutable");
+    assert!(
+        is_conflict(&store.put_release(&release("v2", "r/w:other", 4)).await),
+        "same version, other parameters"
+    );
+    let listed: Vec<Version> = store
+        .list_releases(&app, &svc, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|r| r.version)
+        .collect();
+    assert_eq!(listed, vec!["v1", "v2"]);
+    let other_service: ServiceName = "api".parse().expect("n");
+    assert_eq!(
+        store
+            .latest_release(&app, &other_service)
+            .await
+            .expect("latest"),
+        None
+    );
+}
+
+pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn StateStore>) {
+    use crate::{ApiToken, Scope};
+    let token = |id: &str, app: &str| ApiToken {
+        id: id.into(),
+        application: app.parse().unwrap(),
+        scopes: vec![Scope::Release],
+        secret_sha256: "ab".repeat(32),
+        description: Some("ci".into()),
+        created_at: t(1),
+        created_by: "cli:alice".into(),
+    };
+    store.put_token(&token("t1", "shop")).await.unwrap();
+    store.put_token(&token("t2", "shop")).await.unwrap();
+    store.put_token(&token("t3", "blog")).await.unwrap();
+    let again = store.put_token(&token("t1", "blog")).await;
+    assert!(
+        matches!(again, Err(Error::Conflict { .. })),
+        "an id is never reused: {again:?}"
+    );
+    assert_eq!(
+        store.get_token("t1").await.unwrap(),
+        Some(token("t1", "shop"))
+    );
+    assert_eq!(store.get_token("nope").await.unwrap(), None);
+    let shop: Vec<String> = store
+        .list_tokens(&"shop".parse().unwrap())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(shop, vec!["t1".to_owned(), "t2".to_owned()]);
+    assert!(store.delete_token("t1").await.unwrap());
+    assert!(!store.delete_token("t1").await.unwrap());
+    assert_eq!(store.get_token("t1").await.unwrap(), None);
+}
+
+pub async fn alerts_are_replaced_by_name(store: Arc<dyn StateStore>) {
+    assert_eq!(store.get_alert("high-errors").await.unwrap(), None);
+    assert!(store.list_alerts().await.unwrap().is_empty());
+    let firing = AlertState {
+        name: "high-errors".into(),
+        firing: true,
+        since: t(1),
+        actor: "cli:alice".into(),
+        summary: Some("5xx above 2%".into()),
+    };
+    store.put_alert(&firing).await.unwrap();
+    let resolved = AlertState {
+        firing: false,
+        since: t(2),
+        summary: None,
+        ..firing.clone()
+    };
+    store.put_alert(&resolved).await.unwrap();
+    let other = AlertState {
+        name: "disk-full".into(),
+        ..firing.clone()
+    };
+    store.put_alert(&other).await.unwrap();
+    assert_eq!(
+        store.get_alert("high-errors").await.unwrap(),
+        Some(resolved.clone())
+    );
+    let names: Vec<String> = store
+        .list_alerts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec!["disk-full".to_owned(), "high-errors".to_owned()]
+    );
+}
+
+pub async fn approvals_are_listed_per_instance(store: Arc<dyn StateStore>) {
+    let prod = key("shop", "web", "prod");
+    let staging = key("shop", "web", "staging");
+    let approval = |k: &InstanceKey, version: &str, at: i64| Approval {
+        instance: k.clone(),
+        version: version.parse().expect("version"),
+        plan_sha256: None,
+        actor: "alice".into(),
+        at: t(at),
+    };
+    store
+        .put_approval(&approval(&prod, "v1", 1))
+        .await
+        .expect("put");
+    store
+        .put_approval(&approval(&prod, "v2", 2))
+        .await
+        .expect("put");
+    store
+        .put_approval(&approval(&staging, "v2", 3))
+        .await
+        .expect("put");
+    let mut versions: Vec<Version> = store
+        .list_approvals(&prod)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|a| a.version)
+        .collect();
+    versions.sort();
+    assert_eq!(versions, vec!["v1", "v2"]);
+    assert_eq!(
+        store.list_approvals(&staging).await.expect("list"),
+        vec![approval(&staging, "v2", 3)]
+    );
+}
+
+pub async fn events_are_appended_once_and_listed_by_filter_and_limit(store: Arc<dyn StateStore>) {
+    let web = key("shop", "web", "prod");
+    let api = key("shop", "api", "staging");
+    let blog = key("blog", "web", "prod");
+    let events = vec![
+        event("0001", &web, t(1)),
+        event("0002", &api, t(2)),
+        event("0003", &blog, t(3)),
+        event("0004", &web, t(4)),
+    ];
+    store.append_events(&events).await.expect("append");
+    store
+        .append_events(&events[..1])
+        .await
+        .expect("appending the same id again is a no-op");
+    let ids = |events: Vec<Event>| events.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store
+            .list_events(&EventFilter::default())
+            .await
+            .expect("all")),
+        vec!["0001", "0002", "0003", "0004"]
+    );
+    let shop = EventFilter {
+        application: Some("shop".parse().expect("n")),
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(store.list_events(&shop).await.expect("shop")),
+        vec!["0001", "0002", "0004"]
+    );
+    let web_prod = EventFilter {
+        application: Some("shop".parse().expect("n")),
+        service: Some("web".parse().expect("n")),
+        release_channel: Some("prod".parse().expect("n")),
+        limit: None,
+    };
+    assert_eq!(
+        ids(store.list_events(&web_prod).await.expect("web")),
+        vec!["0001", "0004"]
+    );
+    let newest_two = EventFilter {
+        limit: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(store.list_events(&newest_two).await.expect("limit")),
+        vec!["0003", "0004"]
+    );
+}
