@@ -21,7 +21,9 @@
 //! | release push counter | `releases#<app>/<service>` | `counter` | `seq` N |
 //! | approval | `approvals#<instance id>` | `<at, epoch ms, 15 digits>#<random>` | `body` |
 //! | alert state | `alerts` | `alert#<alert name>` | `body` |
-//! | API token | `tokens` | `token#<token id>` | `application` S, `body` (secret hashed) |
+//! | API token | `tokens` | `token#<token id>` | `application` S or `agent` S, `body` (secret hashed) |
+//! | agent | `agents` | `agent#<agent name>` | `body` |
+//! | agent work item | `agent#<agent name>` | `work#<work id>` | [`leased_until` N (epoch ms)], `deliveries` N, `body` |
 //! | event | `events#<app>` | `<event id>` | [`service` S], [`release_channel` S], `body`, `ttl` N |
 //! | body part | its record's `pk` | `part#<token>#<index, 5 digits>` | `data` B |
 //!
@@ -58,6 +60,7 @@
 //! **Events** carry a `ttl` (epoch seconds) of write time plus the retention
 //! (30 days unless [`DynamoStore::with_event_retention`] says otherwise).
 
+mod agents;
 mod alerts;
 mod approvals;
 mod batch;

@@ -23,9 +23,12 @@ use vergence_model::ports::{
 use vergence_model::{
     AlertState, ApiToken, ApplicationName, Approval, Event, EventFilter, InstanceKey,
     InstanceRecord, JobHandle, JobId, JobRecord, JobResult, JobState, Release, ServiceName,
+    TokenSubject,
 };
 
 use crate::error::EmbeddedError;
+
+mod agents;
 
 type Result<T> = vergence_model::Result<T>;
 
@@ -73,6 +76,7 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_instance ON approvals (instance);
 CREATE TABLE IF NOT EXISTS tokens (
     id TEXT PRIMARY KEY,
+    -- The token's subject: an application's name, or `agent:<name>`.
     application TEXT NOT NULL,
     body TEXT NOT NULL
 );
@@ -88,6 +92,19 @@ CREATE TABLE IF NOT EXISTS events (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_application ON events (application, id);
+CREATE TABLE IF NOT EXISTS agents (
+    name TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agent_work (
+    agent TEXT NOT NULL,
+    id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    leased_until INTEGER,
+    body TEXT NOT NULL,
+    PRIMARY KEY (agent, id)
+);
+CREATE INDEX IF NOT EXISTS agent_work_age ON agent_work (agent, created_at);
 ";
 
 /// The SQLite state store.
@@ -661,6 +678,15 @@ impl ApprovalStore for SqliteStore {
     }
 }
 
+/// What the tokens table's `application` column holds for a subject: an
+/// application's name, or `agent:<name>` (`:` is never part of a name).
+fn subject_key(subject: &TokenSubject) -> String {
+    match subject {
+        TokenSubject::Application(application) => application.as_str().to_owned(),
+        TokenSubject::Agent(agent) => format!("agent:{agent}"),
+    }
+}
+
 #[async_trait]
 impl TokenStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.put_token", level = "debug", skip_all)]
@@ -671,7 +697,7 @@ impl TokenStore for SqliteStore {
                 .execute(
                     "INSERT INTO tokens (id, application, body) VALUES (?1, ?2, ?3)
                      ON CONFLICT (id) DO NOTHING",
-                    params![token.id, token.application.as_str(), body],
+                    params![token.id, subject_key(&token.subject), body],
                 )
                 .map_err(|e| EmbeddedError::sql("put_token", e))?;
             if inserted == 0 {
@@ -693,14 +719,14 @@ impl TokenStore for SqliteStore {
         Ok(body.map(|b| from_json("get_token", &b)).transpose()?)
     }
 
-    #[tracing::instrument(name = "sqlite.list_tokens", level = "debug", skip_all, fields(application = %application))]
-    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>> {
+    #[tracing::instrument(name = "sqlite.list_tokens", level = "debug", skip_all, fields(subject = %subject))]
+    async fn list_tokens(&self, subject: &TokenSubject) -> Result<Vec<ApiToken>> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached("SELECT body FROM tokens WHERE application = ?1 ORDER BY id")
             .map_err(|e| EmbeddedError::sql("list_tokens", e))?;
         let rows = stmt
-            .query_map([application.as_str()], |r| r.get::<_, String>(0))
+            .query_map([subject_key(subject)], |r| r.get::<_, String>(0))
             .map_err(|e| EmbeddedError::sql("list_tokens", e))?;
         let mut tokens = Vec::new();
         for row in rows {

@@ -18,8 +18,8 @@ use vergence_model::ports::{
     StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::{
-    CompiledInstance, Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult,
-    JobState, Precondition, ProtectionCheck, RunnerSpec, Status,
+    Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult, JobState,
+    Precondition, ProtectionCheck, Status,
 };
 
 /// Conflicting writers are rare (a config push racing a step); a few
@@ -174,7 +174,7 @@ impl Engine {
                 .await?;
         }
         if let Some(spec) = record.desired.compiled() {
-            for runner in runners_of(spec) {
+            for runner in spec.runners() {
                 if let Availability::Unavailable(reason) = self.runners.availability(&runner).await
                 {
                     facts.unavailable_runners.push((runner, reason));
@@ -390,25 +390,6 @@ pub async fn enqueue_due(
         queue.enqueue(&items).await?;
     }
     Ok(items.len())
-}
-
-/// Every runner the instance's jobs use, once each.
-fn runners_of(spec: &CompiledInstance) -> Vec<RunnerSpec> {
-    let mut runners: Vec<RunnerSpec> = Vec::new();
-    let jobs = [Some(&spec.apply.job), spec.fetch.as_ref().map(|f| &f.job)]
-        .into_iter()
-        .chain([spec.get_info.as_ref().map(|g| &g.job)])
-        .flatten()
-        .chain(spec.protections.iter().filter_map(|p| match &p.check {
-            ProtectionCheck::Job { job } => Some(job.as_ref()),
-            ProtectionCheck::Alert { .. } => None,
-        }));
-    for job in jobs {
-        if !runners.contains(&job.runner) {
-            runners.push(job.runner.clone());
-        }
-    }
-    runners
 }
 
 /// The facts a decision about `record` depends on, from the store: the

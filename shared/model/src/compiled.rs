@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::instance::{InstanceIds, InstanceKey};
 use super::job::JobSpec;
 use super::names::{ReleaseChannelName, RuntimeName};
-use super::policy::{CompiledProtection, LifecycleKind};
+use super::policy::{CompiledProtection, LifecycleKind, ProtectionCheck};
 use super::release::Version;
+use super::runner::RunnerSpec;
 use super::window::TimeWindows;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -55,6 +56,26 @@ impl CompiledInstance {
         self.protections
             .iter()
             .filter(move |p| p.lifecycle.kind() == at)
+    }
+
+    /// Every runner the instance's jobs use (apply, fetch, getInfo and
+    /// protection checks), once each, in that order.
+    pub fn runners(&self) -> Vec<RunnerSpec> {
+        let mut runners: Vec<RunnerSpec> = Vec::new();
+        let jobs = [Some(&self.apply.job), self.fetch.as_ref().map(|f| &f.job)]
+            .into_iter()
+            .chain([self.get_info.as_ref().map(|g| &g.job)])
+            .flatten()
+            .chain(self.protections.iter().filter_map(|p| match &p.check {
+                ProtectionCheck::Job { job } => Some(job.as_ref()),
+                ProtectionCheck::Alert { .. } => None,
+            }));
+        for job in jobs {
+            if !runners.contains(&job.runner) {
+                runners.push(job.runner.clone());
+            }
+        }
+        runners
     }
 }
 

@@ -10,6 +10,7 @@
 // The core stays readable: no function over 80 lines (clippy.toml).
 #![warn(clippy::too_many_lines)]
 
+pub mod agent;
 pub mod bundle;
 pub mod compiled;
 #[cfg(feature = "conformance")]
@@ -28,6 +29,7 @@ pub mod runner;
 pub mod token;
 pub mod window;
 
+pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
 pub use bundle::ConfigBundle;
 pub use compiled::*;
 pub use diagnostics::{ConfigError, ConfigErrors, Positions, Source};

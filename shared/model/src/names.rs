@@ -1,5 +1,5 @@
 //! Validated names: the identifiers users write in config (applications,
-//! release channels, services, runtimes, protections).
+//! release channels, services, runtimes, protections, agents).
 //!
 //! Names are parsed at the boundary (config loading, CLI, API) so the rest of
 //! the code can rely on them being well-formed.
@@ -117,6 +117,11 @@ name_type!(
 name_type!(
     /// The name of a protection.
     ProtectionName
+);
+name_type!(
+    /// The name of a `vergence-agent`: one per cluster it runs jobs in
+    /// (`prod-eu`), named by `runner: {kubernetes: {agent: …}}`.
+    AgentName
 );
 
 #[cfg(test)]

@@ -13,12 +13,13 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::agent::protocol::{AgentReport, PollRequest, ReportAnswer, Task};
 use crate::bundle::ConfigBundle;
 use crate::error::Result;
 use crate::{
-    AlertState, ApiToken, ApplicationName, Approval, Desired, Event, EventFilter, InstanceKey,
-    InstanceRecord, JobHandle, JobId, JobRecord, JobResult, ParamValue, Release,
-    ReleaseChannelName, RunnerSpec, ServiceName,
+    AgentName, AgentState, AgentWork, AlertState, ApiToken, ApplicationName, Approval, Desired,
+    Event, EventFilter, InstanceKey, InstanceRecord, JobHandle, JobId, JobRecord, JobResult,
+    ParamValue, Release, ReleaseChannelName, RunnerSpec, ServiceName, TokenSubject,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -232,7 +233,8 @@ pub trait TokenStore: Send + Sync {
     /// Stores a new token; an existing id is a [`crate::Error::Conflict`].
     async fn put_token(&self, token: &ApiToken) -> Result<()>;
     async fn get_token(&self, id: &str) -> Result<Option<ApiToken>>;
-    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>>;
+    /// The tokens of one application, or of one agent, by id.
+    async fn list_tokens(&self, subject: &TokenSubject) -> Result<Vec<ApiToken>>;
     /// Returns whether a token was deleted.
     async fn delete_token(&self, id: &str) -> Result<bool>;
 }
@@ -255,6 +257,42 @@ pub trait EventStore: Send + Sync {
     async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
 }
 
+/// Agents' last contact and the work queued for them (see
+/// [`crate::agent`]). Every write that two callers can race is conditional:
+/// two polls never lease the same item.
+#[async_trait]
+pub trait AgentStore: Send + Sync {
+    /// Queues an item. An id already queued is left as it is (a job
+    /// dispatched again): returns whether the item was added.
+    async fn put_agent_work(&self, work: &AgentWork) -> Result<bool>;
+    async fn get_agent_work(&self, agent: &AgentName, id: &str) -> Result<Option<AgentWork>>;
+    /// Leases up to `limit` of the agent's items that are free at `now`
+    /// (never leased, or their lease ended), oldest first, until `until`,
+    /// counting a delivery each; returns them as leased.
+    async fn lease_agent_work(
+        &self,
+        agent: &AgentName,
+        now: Timestamp,
+        until: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<AgentWork>>;
+    /// Extends the leases of the items `ids` that exist to `until` (the
+    /// agent still works on them).
+    async fn renew_agent_work(
+        &self,
+        agent: &AgentName,
+        ids: &[String],
+        until: Timestamp,
+    ) -> Result<()>;
+    /// Removes a done item; `false` when it was not there.
+    async fn finish_agent_work(&self, agent: &AgentName, id: &str) -> Result<bool>;
+    /// Records an agent's call, replacing what was known of it.
+    async fn touch_agent(&self, agent: &AgentState) -> Result<()>;
+    async fn get_agent(&self, name: &AgentName) -> Result<Option<AgentState>>;
+    /// Every agent that ever called, by name.
+    async fn list_agents(&self) -> Result<Vec<AgentState>>;
+}
+
 /// Everything the engine and the control operations persist.
 pub trait StateStore:
     ConfigStore
@@ -265,6 +303,7 @@ pub trait StateStore:
     + AlertStore
     + TokenStore
     + EventStore
+    + AgentStore
 {
 }
 
@@ -277,7 +316,27 @@ impl<T> StateStore for T where
         + AlertStore
         + TokenStore
         + EventStore
+        + AgentStore
 {
+}
+
+/// The Vergence side of the agent protocol ([`crate::agent::protocol`]):
+/// what the API's agent routes do once the caller is known to be `agent`.
+#[async_trait]
+pub trait AgentDesk: Send + Sync {
+    /// Records the agent's call and renews the leases of the jobs it says
+    /// it still runs.
+    async fn check_in(&self, agent: &AgentName, poll: &PollRequest) -> Result<()>;
+    /// Leases up to `limit` tasks waiting for the agent, with everything
+    /// it needs to carry them out (none when nothing waits).
+    async fn hand_out(&self, agent: &AgentName, limit: usize) -> Result<Vec<Task>>;
+    /// Takes the agent's report of a task; `None` when the job is not one
+    /// of this agent's.
+    async fn take_report(
+        &self,
+        agent: &AgentName,
+        report: AgentReport,
+    ) -> Result<Option<ReportAnswer>>;
 }
 
 /// A request to step an instance, not before a time.

@@ -1,12 +1,13 @@
-//! API tokens: per application, with scopes. Only a hash of the secret is
-//! ever stored; the whole token is shown once, when it is created.
+//! API tokens: an application's, with scopes, or an agent's, which can do
+//! that agent's work and nothing else. Only a hash of the secret is ever
+//! stored; the whole token is shown once, when it is created.
 
 use std::fmt;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::names::ApplicationName;
+use super::names::{AgentName, ApplicationName};
 
 /// What a token may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -47,13 +48,37 @@ impl fmt::Display for Scope {
     }
 }
 
+/// Whose a token is. Stored beside the token's other fields as
+/// `"application": NAME` or `"agent": NAME`, so tokens stored before agents
+/// existed read back as application tokens.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TokenSubject {
+    /// Calls on behalf of an application's people and CI, within its scopes.
+    Application(ApplicationName),
+    /// `vergence-agent`'s calls: polling for and reporting that agent's work.
+    Agent(AgentName),
+}
+
+impl fmt::Display for TokenSubject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSubject::Application(application) => write!(f, "application {application}"),
+            TokenSubject::Agent(agent) => write!(f, "agent {agent}"),
+        }
+    }
+}
+
 /// A stored token. The id is public (it appears in the token string and in
 /// logs); the secret only as its SHA-256.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiToken {
     pub id: String,
-    pub application: ApplicationName,
+    #[serde(flatten)]
+    pub subject: TokenSubject,
+    /// What an application token may do; an agent token has none.
+    #[serde(default)]
     pub scopes: Vec<Scope>,
     /// Hex SHA-256 of the secret part.
     pub secret_sha256: String,
@@ -63,9 +88,27 @@ pub struct ApiToken {
 }
 
 impl ApiToken {
-    /// Whether the token allows `scope` (admin allows everything).
+    /// Whether the token allows `scope` (admin allows everything). Agent
+    /// tokens allow no scope.
     pub fn allows(&self, scope: Scope) -> bool {
-        self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin)
+        self.application().is_some()
+            && (self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin))
+    }
+
+    /// The application of an application token.
+    pub fn application(&self) -> Option<&ApplicationName> {
+        match &self.subject {
+            TokenSubject::Application(application) => Some(application),
+            TokenSubject::Agent(_) => None,
+        }
+    }
+
+    /// The agent of an agent token.
+    pub fn agent(&self) -> Option<&AgentName> {
+        match &self.subject {
+            TokenSubject::Agent(agent) => Some(agent),
+            TokenSubject::Application(_) => None,
+        }
     }
 }
 
@@ -94,5 +137,26 @@ mod tests {
         assert_eq!(split_token(&token), Some(("a1b2c3", "s3cr3t")));
         assert_eq!(split_token("vgt__x"), None);
         assert_eq!(split_token("Bearer x"), None);
+    }
+
+    #[test]
+    fn tokens_stored_before_agents_read_back_as_application_tokens() {
+        let stored = r#"{"id":"t1","application":"shop","scopes":["release"],"secretSha256":"ab","description":null,"createdAt":"2027-01-15T08:00:00Z","createdBy":"cli:alice"}"#;
+        let token: ApiToken = serde_json::from_str(stored).unwrap();
+        assert_eq!(
+            token.subject,
+            TokenSubject::Application("shop".parse().unwrap())
+        );
+        assert!(token.allows(Scope::Release));
+        assert_eq!(serde_json::to_string(&token).unwrap(), stored);
+    }
+
+    #[test]
+    fn agent_tokens_name_their_agent_and_allow_no_scope() {
+        let stored = r#"{"id":"t2","agent":"prod-eu","secretSha256":"ab","description":null,"createdAt":"2027-01-15T08:00:00Z","createdBy":"cli:alice"}"#;
+        let token: ApiToken = serde_json::from_str(stored).unwrap();
+        assert_eq!(token.agent().map(|a| a.as_str()), Some("prod-eu"));
+        assert_eq!(token.application(), None);
+        assert!(!token.allows(Scope::Admin));
     }
 }

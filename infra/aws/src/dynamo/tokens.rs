@@ -1,12 +1,12 @@
 //! API tokens, one item per token id (the secret only as its hash) in a
 //! partition of their own. Token lookups (every authenticated request) are
-//! one read by id; listing one application's tokens filters the partition,
-//! which holds tens of tokens, not thousands.
+//! one read by id; listing one application's (or agent's) tokens filters
+//! the partition, which holds tens of tokens, not thousands.
 
 use async_trait::async_trait;
 
 use vergence_model::ports::TokenStore;
-use vergence_model::{ApiToken, ApplicationName};
+use vergence_model::{ApiToken, TokenSubject};
 
 use super::payload::{decode_inline, inline_body};
 use super::table::PK;
@@ -19,10 +19,19 @@ type Result<T> = vergence_model::Result<T>;
 const TOKENS_PK: &str = "tokens";
 const TOKEN_PREFIX: &str = "token#";
 const APPLICATION: &str = "application";
+const AGENT: &str = "agent";
 const BODY: &str = "body";
 
 fn token_sk(id: &str) -> String {
     format!("{TOKEN_PREFIX}{id}")
+}
+
+/// The attribute naming a token's subject, and its value.
+fn subject_attribute(subject: &TokenSubject) -> (&'static str, &str) {
+    match subject {
+        TokenSubject::Application(application) => (APPLICATION, application.as_str()),
+        TokenSubject::Agent(agent) => (AGENT, agent.as_str()),
+    }
 }
 
 fn decode_token(operation: &'static str, item: &Item) -> std::result::Result<ApiToken, AwsError> {
@@ -33,7 +42,8 @@ fn decode_token(operation: &'static str, item: &Item) -> std::result::Result<Api
 impl DynamoStore {
     async fn create_token(&self, token: &ApiToken) -> std::result::Result<(), AwsError> {
         let mut item = key(TOKENS_PK, token_sk(&token.id));
-        item.insert(APPLICATION.to_owned(), s(token.application.as_str()));
+        let (attribute, value) = subject_attribute(&token.subject);
+        item.insert(attribute.to_owned(), s(value));
         let body = inline_body("put_token", || format!("token {}", token.id), token)?;
         item.insert(BODY.to_owned(), body);
         match self
@@ -54,19 +64,20 @@ impl DynamoStore {
 
     async fn tokens_of(
         &self,
-        application: &ApplicationName,
+        subject: &TokenSubject,
     ) -> std::result::Result<Vec<ApiToken>, AwsError> {
+        let (attribute, value) = subject_attribute(subject);
         let items: Vec<Item> = self
             .client
             .query()
             .table_name(&self.table)
             .consistent_read(true)
             .key_condition_expression("#pk = :pk")
-            .filter_expression("#application = :application")
+            .filter_expression("#subject = :subject")
             .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#application", APPLICATION)
+            .expression_attribute_names("#subject", attribute)
             .expression_attribute_values(":pk", s(TOKENS_PK))
-            .expression_attribute_values(":application", s(application.as_str()))
+            .expression_attribute_values(":subject", s(value))
             .into_paginator()
             .items()
             .send()
@@ -102,9 +113,9 @@ impl TokenStore for DynamoStore {
         Ok(self.load_token(id).await?)
     }
 
-    #[tracing::instrument(name = "dynamodb.list_tokens", level = "debug", skip_all, fields(application = %application))]
-    async fn list_tokens(&self, application: &ApplicationName) -> Result<Vec<ApiToken>> {
-        Ok(self.tokens_of(application).await?)
+    #[tracing::instrument(name = "dynamodb.list_tokens", level = "debug", skip_all, fields(subject = %subject))]
+    async fn list_tokens(&self, subject: &TokenSubject) -> Result<Vec<ApiToken>> {
+        Ok(self.tokens_of(subject).await?)
     }
 
     #[tracing::instrument(name = "dynamodb.delete_token", level = "debug", skip_all, fields(id = %id))]

@@ -18,10 +18,12 @@ use crate::error::{Error, Result};
 use crate::instance::InstanceIds;
 use crate::ports::*;
 
+mod agents;
 mod instances;
 mod records;
 
 use crate::*;
+pub use agents::*;
 pub use instances::*;
 pub use records::*;
 
@@ -46,6 +48,10 @@ macro_rules! store_conformance_tests {
             tokens_are_unique_by_id_and_listed_per_application,
             events_are_appended_once_and_listed_by_filter_and_limit,
             concurrent_writers_of_one_revision_have_exactly_one_winner,
+            agent_work_is_queued_once_and_leased_oldest_first,
+            an_expired_lease_hands_the_item_out_again_unless_renewed,
+            two_concurrent_leases_never_get_the_same_item,
+            agents_are_touched_and_listed_by_name,
         );
     };
     (@tests $make:expr; $($name:ident),* $(,)?) => {

@@ -148,37 +148,58 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
 }
 
 pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn StateStore>) {
-    use crate::{ApiToken, Scope};
-    let token = |id: &str, app: &str| ApiToken {
+    use crate::{ApiToken, Scope, TokenSubject};
+    let application = |app: &str| TokenSubject::Application(app.parse().unwrap());
+    let token = |id: &str, subject: TokenSubject| ApiToken {
         id: id.into(),
-        application: app.parse().unwrap(),
-        scopes: vec![Scope::Release],
+        scopes: match subject {
+            TokenSubject::Application(_) => vec![Scope::Release],
+            TokenSubject::Agent(_) => Vec::new(),
+        },
+        subject,
         secret_sha256: "ab".repeat(32),
         description: Some("ci".into()),
         created_at: t(1),
         created_by: "cli:alice".into(),
     };
-    store.put_token(&token("t1", "shop")).await.unwrap();
-    store.put_token(&token("t2", "shop")).await.unwrap();
-    store.put_token(&token("t3", "blog")).await.unwrap();
-    let again = store.put_token(&token("t1", "blog")).await;
+    let agent = TokenSubject::Agent("shop".parse().unwrap());
+    store
+        .put_token(&token("t1", application("shop")))
+        .await
+        .unwrap();
+    store
+        .put_token(&token("t2", application("shop")))
+        .await
+        .unwrap();
+    store
+        .put_token(&token("t3", application("blog")))
+        .await
+        .unwrap();
+    store.put_token(&token("t4", agent.clone())).await.unwrap();
+    let again = store.put_token(&token("t1", application("blog"))).await;
     assert!(
         matches!(again, Err(Error::Conflict { .. })),
         "an id is never reused: {again:?}"
     );
     assert_eq!(
         store.get_token("t1").await.unwrap(),
-        Some(token("t1", "shop"))
+        Some(token("t1", application("shop")))
+    );
+    assert_eq!(
+        store.get_token("t4").await.unwrap(),
+        Some(token("t4", agent.clone()))
     );
     assert_eq!(store.get_token("nope").await.unwrap(), None);
-    let shop: Vec<String> = store
-        .list_tokens(&"shop".parse().unwrap())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
-    assert_eq!(shop, vec!["t1".to_owned(), "t2".to_owned()]);
+    let listed = |tokens: Vec<ApiToken>| tokens.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        listed(store.list_tokens(&application("shop")).await.unwrap()),
+        vec!["t1".to_owned(), "t2".to_owned()],
+        "an agent named like an application has tokens of its own"
+    );
+    assert_eq!(
+        listed(store.list_tokens(&agent).await.unwrap()),
+        vec!["t4".to_owned()]
+    );
     assert!(store.delete_token("t1").await.unwrap());
     assert!(!store.delete_token("t1").await.unwrap());
     assert_eq!(store.get_token("t1").await.unwrap(), None);
