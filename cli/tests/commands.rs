@@ -296,3 +296,21 @@ fn up_returns_3_while_an_instance_waits_for_a_release_parameter() {
     );
     assert!(!project.file("deployed.log").exists());
 }
+
+#[test]
+fn a_config_nested_thousands_deep_is_an_error_with_its_line_not_a_crash() {
+    let project = Project::quickstart();
+    project.write("bomb.yaml", &format!("{}x\n", "- ".repeat(20_000)));
+    for command in [&["validate"][..], &["plan"], &["up"]] {
+        let run = project.vergence(command);
+        assert_eq!(run.code, 1, "{command:?}: {run}");
+        assert!(
+            run.stderr.contains("bomb.yaml:1:") && run.stderr.contains("levels deep"),
+            "{command:?}: {run}"
+        );
+    }
+    assert!(
+        !project.file(".vergence/state.db").exists(),
+        "a rejected config stores nothing"
+    );
+}
