@@ -314,3 +314,26 @@ fn a_config_nested_thousands_deep_is_an_error_with_its_line_not_a_crash() {
         "a rejected config stores nothing"
     );
 }
+
+#[test]
+fn an_emptied_state_file_is_an_error_for_every_command_never_a_fresh_start() {
+    let project = Project::quickstart();
+    project.up(0);
+    std::fs::write(project.file(".vergence/state.db"), b"").unwrap();
+    for command in [&["status"][..], &["events"], &["up"]] {
+        let run = project.vergence(command);
+        assert_ne!(run.code, 0, "{command:?}: {run}");
+        assert!(
+            run.stderr.contains("is empty (0 bytes)"),
+            "{command:?}: {run}"
+        );
+        assert!(!run.stdout.contains("no instances match"), "{run}");
+    }
+    assert_eq!(
+        std::fs::metadata(project.file(".vergence/state.db"))
+            .unwrap()
+            .len(),
+        0,
+        "nothing was re-created over it"
+    );
+}
