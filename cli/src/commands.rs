@@ -162,7 +162,7 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         .request_checks(&InstanceFilter::default(), &actor)
         .await?;
 
-    let driver = local_driver(&local, args.max_jobs, "`vergence up`");
+    let driver = local_driver(&local, &args.runners, "`vergence up`");
     let mode = if args.watch {
         DriveMode::Forever
     } else {
@@ -493,7 +493,8 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
 
 /// The engine loop over the local state, with this machine's runners;
 /// `deployment` names the command, for reasons.
-fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
+fn local_driver(local: &Local, runners: &crate::args::RunnerArgs, deployment: &str) -> Driver {
+    let max_jobs = runners.max_jobs;
     let sink = Arc::new(JobCompletion::new(
         local.store.clone(),
         local.queue.clone(),
@@ -501,7 +502,10 @@ fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
     ));
     let runners = RunnerRouter::new(deployment).with(
         RunnerKind::Local,
-        Arc::new(LocalRunner::new(sink, local.artifacts.clone(), max_jobs)),
+        Arc::new(
+            LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
+                .with_container_engine(runners.container_engine),
+        ),
     );
     let engine = Engine::new(
         local.store.clone(),
@@ -563,7 +567,7 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
             ..vergence_api::ApiConfig::default()
         },
     ));
-    let driver = local_driver(&local, args.max_jobs, "`vergence serve`");
+    let driver = local_driver(&local, &args.runners, "`vergence serve`");
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(
