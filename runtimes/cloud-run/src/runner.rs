@@ -52,6 +52,17 @@ enum Started {
 }
 
 impl Started {
+    /// What the handle recorded for a dispatched job says, if it has one.
+    fn recorded(job: &JobRecord) -> Option<Self> {
+        match &job.state {
+            JobState::Dispatched {
+                handle: Some(handle),
+                ..
+            } => Some(Self::of(handle)),
+            _ => None,
+        }
+    }
+
     fn of(handle: &JobHandle) -> Self {
         let name = handle.as_str().to_owned();
         if name.contains("/executions/") {
@@ -130,14 +141,7 @@ impl CloudRunRunner {
     /// Where a dispatched job is: its execution's progress, found by its
     /// handle (or by its id when it has none).
     async fn progress_of(&self, job: &JobRecord) -> Result<JobProgress, CloudRunError> {
-        let handle = match &job.state {
-            JobState::Dispatched {
-                handle: Some(handle),
-                ..
-            } => Some(Started::of(handle)),
-            _ => None,
-        };
-        let execution = match handle {
+        let execution = match Started::recorded(job) {
             Some(Started::Execution(name)) => executions::get(&self.clients, &name).await?,
             Some(Started::Waiting(name)) => {
                 match executions::find(&self.clients, &self.settings, &name, job).await? {
@@ -150,7 +154,7 @@ impl CloudRunRunner {
         let Some(execution) = execution else {
             return Ok(JobProgress::Unknown);
         };
-        Span::current().record("execution", execution.name.as_str());
+        record_execution(&execution.name);
         self.progress(job, &execution).await
     }
 
@@ -257,38 +261,33 @@ impl Runner for CloudRunRunner {
         record_location(job);
         let started = self.start(job).await?;
         if let Started::Execution(name) = &started {
-            Span::current().record("execution", name.as_str());
+            record_execution(name);
         }
         Ok(Some(started.handle()))
     }
 
-    #[instrument(skip_all, fields(job = %job.id, project, region, execution))]
+    #[instrument(skip_all, fields(job = %job.id, project, region, cloud_run_job, execution))]
     async fn poll(&self, job: &JobRecord) -> vergence_model::Result<JobProgress> {
         record_location(job);
         Ok(self.progress_of(job).await?)
     }
 
-    #[instrument(skip_all, fields(job = %job.id, project, region, execution))]
+    #[instrument(skip_all, fields(job = %job.id, project, region, cloud_run_job, execution))]
     async fn stop(&self, job: &JobRecord, reason: &str) -> vergence_model::Result<()> {
         record_location(job);
-        let execution = match &job.state {
-            JobState::Dispatched {
-                handle: Some(handle),
-                ..
-            } => match Started::of(handle) {
-                Started::Execution(name) => Some(name),
-                Started::Waiting(name) => {
-                    executions::find(&self.clients, &self.settings, &name, job)
-                        .await?
-                        .map(|e| e.name)
-                }
-            },
-            _ => self.find_unrecorded(job).await?.map(|e| e.name),
+        let execution = match Started::recorded(job) {
+            Some(Started::Execution(name)) => Some(name),
+            Some(Started::Waiting(name)) => {
+                executions::find(&self.clients, &self.settings, &name, job)
+                    .await?
+                    .map(|e| e.name)
+            }
+            None => self.find_unrecorded(job).await?.map(|e| e.name),
         };
         let Some(execution) = execution else {
             return Ok(());
         };
-        Span::current().record("execution", execution.as_str());
+        record_execution(&execution);
         info!(%reason, "cancelling the execution");
         Ok(executions::cancel(&self.clients, &execution).await?)
     }
@@ -309,6 +308,15 @@ fn record_location(job: &JobRecord) {
         let span = Span::current();
         span.record("project", spec.project.as_str());
         span.record("region", spec.region.as_str());
+    }
+}
+
+/// Names the execution (and its Cloud Run job) in the current span.
+fn record_execution(name: &str) {
+    let span = Span::current();
+    span.record("execution", name);
+    if let Some((cloud_run_job, _)) = name.split_once("/executions/") {
+        span.record("cloud_run_job", cloud_run_job);
     }
 }
 
