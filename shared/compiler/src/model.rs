@@ -204,10 +204,10 @@ pub struct ParamDecl {
     pub default: Option<ParamValue>,
 }
 
-/// A command, image and environment whose strings are templates.
+/// A command, image and environment whose strings are templates. Its
+/// runner is its runtime's or its protection's.
 #[derive(Clone, Debug)]
 pub struct JobTemplate {
-    pub runner: RunnerSpec,
     pub image: Option<Template>,
     pub cmd: Vec<Template>,
     pub env: BTreeMap<String, Template>,
@@ -219,6 +219,8 @@ pub struct JobTemplate {
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub name: RuntimeName,
+    /// Where its jobs run.
+    pub runner: RunnerSpec,
     pub params: Vec<ParamDecl>,
     pub apply: JobTemplate,
     pub retryable_exit_codes: Vec<i32>,
@@ -271,7 +273,12 @@ pub struct Protection {
 
 #[derive(Clone, Debug)]
 pub enum ProtectionTemplate {
-    Job(Box<JobTemplate>),
+    /// A check job, run on the protection's own runner wherever the
+    /// protection is attached.
+    Job {
+        job: Box<JobTemplate>,
+        runner: RunnerSpec,
+    },
     Alert(String),
 }
 

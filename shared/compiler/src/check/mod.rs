@@ -4,9 +4,10 @@
 //!
 //! One [`Checker`] walks the documents; each kind has its module
 //! (`application`, `runtime`, `service` with `parameter_values`,
-//! `protection`), and what several kinds have in common has its own:
-//! job templates (`job`) and parameter declarations (`parameters`). Every
-//! error names its field with a [`FieldPath`].
+//! `protection`), and what several kinds have in common has its
+//! own: job templates (`job`), runners (`runner`, with the values of their
+//! settings in `runner_fields`) and parameter declarations (`parameters`).
+//! Every error names its field with a [`FieldPath`].
 
 mod application;
 mod field_path;
@@ -14,6 +15,8 @@ mod job;
 mod parameter_values;
 mod parameters;
 mod protection;
+mod runner;
+mod runner_fields;
 mod runtime;
 mod service;
 

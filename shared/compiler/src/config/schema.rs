@@ -3,6 +3,8 @@
 //! These types mirror the YAML one to one; checking references between
 //! documents and resolving templates is the compiler's job.
 
+mod runner;
+
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -11,6 +13,11 @@ use serde::{Deserialize, Deserializer};
 
 use vergence_model::{
     ApplicationName, ProtectionName, ReleaseChannelName, RuntimeName, ServiceName,
+};
+
+pub use runner::{
+    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RUNNER_FORMS, RunnerDoc,
+    required_settings,
 };
 
 /// A document: exactly one top-level kind.
@@ -106,29 +113,6 @@ pub struct FirstClassDoc {
     pub path: Option<String>,
     pub backend_config: Option<BTreeMap<String, String>>,
     pub image: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum RunnerDoc {
-    Local {},
-    Kubernetes {
-        agent: String,
-        namespace: Option<String>,
-    },
-    #[serde(rename_all = "camelCase")]
-    Ecs {
-        cluster: String,
-        #[serde(default)]
-        subnets: Vec<String>,
-        #[serde(default)]
-        security_groups: Vec<String>,
-        assign_public_ip: Option<bool>,
-    },
-    CloudRun {
-        project: String,
-        region: String,
-    },
 }
 
 #[derive(Debug, Deserialize)]

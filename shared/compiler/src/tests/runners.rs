@@ -1,0 +1,135 @@
+//! Runners in config: each kind compiled with its settings and defaults.
+
+use super::*;
+
+const ECS_RUNTIME: &str = r#"runtime:
+  name: jobs
+  runner:
+    ecs:
+      cluster: staging-jobs
+      region: eu-west-1
+      subnets: [subnet-0aa, subnet-0bb]
+      securityGroups: [sg-0cc]
+      taskRoleArn: arn:aws:iam::123456789012:role/deployer
+      cpu: 1024
+  apply:
+    taskConfig:
+      program:
+        image: registry.example.com/deployer:1
+        cmd: [./apply]
+  fetch:
+    taskConfig: {program: {image: registry.example.com/deployer:1, cmd: [./fetch]}}
+  getInfo:
+    taskConfig: {program: {image: registry.example.com/deployer:1, cmd: [./info]}}
+---
+protection:
+  name: smoke
+  taskConfig: {program: {cmd: [./smoke]}}
+"#;
+
+const ECS_APP: &str = r#"application:
+  name: shop
+  releaseChannels:
+    - name: staging
+      runtimes: [{runtime: jobs}]
+    - name: prod
+      runtimes: [{runtime: jobs}]
+      protections:
+        - ref: {name: smoke}
+          lifecycle: [{deployment: {}}]
+---
+service:
+  name: web
+"#;
+
+fn ecs(cluster: &str, subnets: &[&str], memory: u32) -> RunnerSpec {
+    RunnerSpec::Ecs(EcsRunnerSpec {
+        cluster: cluster.into(),
+        region: Some("eu-west-1".into()),
+        subnets: subnets.iter().map(|s| (*s).to_owned()).collect(),
+        security_groups: vec!["sg-0cc".into()],
+        assign_public_ip: false,
+        task_role_arn: Some("arn:aws:iam::123456789012:role/deployer".into()),
+        execution_role_arn: None,
+        cpu: 1024,
+        memory,
+        log_group: "/vergence/jobs".into(),
+    })
+}
+
+#[test]
+fn an_ecs_runner_runs_every_job_of_its_runtime_with_its_defaults() {
+    let model = check(&bundle(&[("rt.yaml", ECS_RUNTIME), ("app.yaml", ECS_APP)])).unwrap();
+    let instances = compiled(&model, "shop", "web", None);
+
+    // The smallest memory the CPU allows, the default log group.
+    let prod = &instances["prod"];
+    let prod_runner = ecs("staging-jobs", &["subnet-0aa", "subnet-0bb"], 2048);
+    assert_eq!(prod.apply.job.runner, prod_runner);
+    assert_eq!(prod.fetch.as_ref().unwrap().job.runner, prod_runner);
+    assert_eq!(prod.get_info.as_ref().unwrap().job.runner, prod_runner);
+
+    // A protection's check keeps its own runner.
+    let ProtectionCheck::Job { job } = &prod.protections[0].check else {
+        panic!("a job protection");
+    };
+    assert_eq!(job.runner, RunnerSpec::Local);
+}
+
+#[test]
+fn runner_local_may_be_written_as_a_scalar_and_keeps_the_program_image() {
+    let rt = "runtime:\n  name: rt\n  runner: local\n  apply: {taskConfig: {program: {image: alpine:3, cmd: [./x]}}}\n";
+    let app = "application:\n  name: a\n  releaseChannels:\n    - {name: x, runtimes: [{runtime: rt}]}\n---\nservice: {name: web}\n";
+    let model = check(&bundle(&[("rt.yaml", rt), ("app.yaml", app)])).unwrap();
+    let job = &compiled(&model, "a", "web", None)["x"].apply.job;
+    assert_eq!(job.runner, RunnerSpec::Local);
+    assert_eq!(job.image.as_deref(), Some("alpine:3"));
+}
+
+#[test]
+fn cloud_run_and_kubernetes_runners_carry_their_settings() {
+    let runtimes = r#"runtime:
+  name: on-run
+  runner:
+    cloudRun: {project: my-project, region: europe-west1, serviceAccount: jobs@my-project.iam.gserviceaccount.com, cpu: "2", memory: 4Gi}
+  apply: {taskConfig: {program: {image: img, cmd: [./x]}}}
+---
+runtime:
+  name: on-k8s
+  runner: {kubernetes: {agent: prod-eu, namespace: jobs, serviceAccount: deployer}}
+  apply: {taskConfig: {program: {image: img, cmd: [./x]}}}
+"#;
+    let app = r#"application:
+  name: a
+  releaseChannels: [{name: x, runtimes: [{runtime: on-run}, {runtime: on-k8s}]}]
+---
+service:
+  name: run
+  runtime: on-run
+---
+service:
+  name: k8s
+  runtime: on-k8s
+"#;
+    let model = check(&bundle(&[("rt.yaml", runtimes), ("app.yaml", app)])).unwrap();
+    let run = &compiled(&model, "a", "run", None)["x"].apply.job;
+    assert_eq!(
+        run.runner,
+        RunnerSpec::CloudRun(CloudRunRunnerSpec {
+            project: "my-project".into(),
+            region: "europe-west1".into(),
+            service_account: Some("jobs@my-project.iam.gserviceaccount.com".into()),
+            cpu: Some("2".into()),
+            memory: Some("4Gi".into()),
+        })
+    );
+    let k8s = &compiled(&model, "a", "k8s", None)["x"].apply.job;
+    assert_eq!(
+        k8s.runner,
+        RunnerSpec::Kubernetes(KubernetesRunnerSpec {
+            agent: "prod-eu".into(),
+            namespace: Some("jobs".into()),
+            service_account: Some("deployer".into()),
+        })
+    );
+}
