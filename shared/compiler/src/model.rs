@@ -174,6 +174,18 @@ pub struct ReleaseChannel {
     pub downstream: Vec<ReleaseChannelName>,
     pub protections: Vec<ProtectionUse>,
     pub windows: TimeWindows,
+    /// The runner of each runtime whose runner this channel overrides: the
+    /// runtime's own with the channel's settings merged over it.
+    pub runner_overrides: BTreeMap<RuntimeName, RunnerSpec>,
+}
+
+impl ReleaseChannel {
+    /// The runner `runtime`'s jobs run on in this channel.
+    pub fn runner_of<'r>(&'r self, runtime: &'r Runtime) -> &'r RunnerSpec {
+        self.runner_overrides
+            .get(&runtime.name)
+            .unwrap_or(&runtime.runner)
+    }
 }
 
 /// The kind of a declared parameter.
@@ -205,7 +217,7 @@ pub struct ParamDecl {
 }
 
 /// A command, image and environment whose strings are templates. Its
-/// runner is its runtime's or its protection's.
+/// runner is its runtime's (per release channel) or its protection's.
 #[derive(Clone, Debug)]
 pub struct JobTemplate {
     pub image: Option<Template>,
@@ -219,7 +231,7 @@ pub struct JobTemplate {
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub name: RuntimeName,
-    /// Where its jobs run.
+    /// Where its jobs run, unless a release channel overrides it.
     pub runner: RunnerSpec,
     pub params: Vec<ParamDecl>,
     pub apply: JobTemplate,

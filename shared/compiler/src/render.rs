@@ -245,7 +245,7 @@ impl ConfigModel {
             extra_env.insert(name.clone(), t.render(|r| service_scope.resolve(r))?);
         }
         let secrets = &runtime_values.secrets;
-        let runner = &runtime.runner;
+        let runner = channel.runner_of(runtime);
         let render =
             |job: &JobTemplate| render_job(job, runner, &runtime_scope, secrets, &extra_env);
         Ok(InstanceJobs {

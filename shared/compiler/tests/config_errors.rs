@@ -531,3 +531,54 @@ fn a_runner_is_local_or_a_mapping_of_one_kind() {
         ],
     );
 }
+
+const OVERRIDE_RUNTIMES: &str = r#"runtime:
+  name: jobs
+  runner:
+    ecs: {cluster: jobs, subnets: [subnet-0a], cpu: 1024, memory: 8192}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: plain
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: on-k8s
+  runner: {kubernetes: {agent: prod}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+"#;
+
+const OVERRIDE_APP: &str = r#"application:
+  name: shop
+  releaseChannels:
+    - name: staging
+      runtimes:
+        - runtime: jobs
+          runner: {ecs: {subnets: [], cpu: 256}}
+        - runtime: plain
+          runner: {ecs: {cluster: jobs, subnets: [subnet-0a]}}
+    - name: prod
+      runtimes:
+        - runtime: jobs
+          runner: {cloudRun: {project: my-project}}
+        - runtime: on-k8s
+          runner: {kubernetes: {namespace: Prod}}
+        - runtime: on-k8s
+        - runtime: plain
+          runner: {local: {}}
+"#;
+
+#[test]
+fn every_runner_override_error_names_its_field() {
+    assert_errors(
+        &[("rt.yaml", OVERRIDE_RUNTIMES), ("app.yaml", OVERRIDE_APP)],
+        &[
+            "app.yaml:7: application.releaseChannels[0].runtimes[0].runner.ecs.cpu: Fargate has no task size with cpu 256 and memory 8192: cpu 256 (¼ vCPU) takes memory 512, 1024 or 2048 (MiB)",
+            "app.yaml:7: application.releaseChannels[0].runtimes[0].runner.ecs.subnets: subnets is empty: an ECS task on Fargate gets its network interface (awsvpc) in one of these subnets; list at least one",
+            "app.yaml:9: application.releaseChannels[0].runtimes[1].runner.ecs: runtime plain runs on the local runner (the default); a release channel can change that runner's settings, not switch it to ecs: set the runner on the runtime, or define another runtime for this channel",
+            "app.yaml:13: application.releaseChannels[1].runtimes[0].runner.cloudRun: runtime jobs runs on the ecs runner (rt.yaml:3: runtime.runner); a release channel can change that runner's settings, not switch it to cloudRun: set the runner on the runtime, or define another runtime for this channel",
+            "app.yaml:15: application.releaseChannels[1].runtimes[1].runner.kubernetes.namespace: namespace \"Prod\" is not a Kubernetes name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            "app.yaml:16: application.releaseChannels[1].runtimes[2].runtime: runtime 'on-k8s' is listed twice in release channel 'prod' with a runner override; list it once",
+        ],
+    );
+}

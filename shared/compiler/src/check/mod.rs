@@ -20,7 +20,7 @@ mod runner_fields;
 mod runtime;
 mod service;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::SignedDuration;
 
@@ -30,6 +30,7 @@ use crate::config::schema::{ApplicationDoc, DocumentBody, ProtectionDoc, Runtime
 use crate::config::{ParsedDocument, parse_bundle};
 use field_path::FieldPath;
 pub use parameters::check_docker_image;
+use runner::RuntimeRunner;
 use runtime::RuntimeSource;
 use vergence_model::diagnostics::suggest;
 use vergence_model::{
@@ -95,10 +96,18 @@ impl<'a> Checker<'a> {
         for (document, doc) in by_kind.protections {
             self.protection(document, doc);
         }
-        let all_runtime_names: BTreeSet<RuntimeName> = by_kind
+        // Every runtime's runner as written, valid or not, so release
+        // channels can name runtimes and override their runners.
+        let runtime_runners: BTreeMap<RuntimeName, RuntimeRunner<'a>> = by_kind
             .runtimes
             .iter()
-            .map(|(_, doc)| doc.name.clone())
+            .map(|(document, doc)| {
+                let runner = RuntimeRunner {
+                    doc: doc.runner.as_ref(),
+                    source: &document.source,
+                };
+                (doc.name.clone(), runner)
+            })
             .collect();
         let mut runtimes = BTreeMap::new();
         for (document, doc) in by_kind.runtimes {
@@ -108,7 +117,7 @@ impl<'a> Checker<'a> {
         }
         let mut apps: BTreeMap<ApplicationName, Application> = BTreeMap::new();
         for app in &by_kind.applications {
-            let checked = self.application(app, &all_runtime_names);
+            let checked = self.application(app, &runtime_runners);
             apps.insert(checked.name.clone(), checked);
         }
         for service in &by_kind.services {

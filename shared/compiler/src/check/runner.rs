@@ -1,5 +1,7 @@
 //! Checks runners: the `runner` of a runtime or protection (complete, each
-//! setting of the right shape, a Fargate or Cloud Run size that exists).
+//! setting of the right shape, a Fargate or Cloud Run size that exists),
+//! and a release channel's override of a runtime's runner, merged field by
+//! field over the runtime's own and of the same kind.
 
 use super::Checker;
 use super::field_path::FieldPath;
@@ -9,10 +11,34 @@ use super::runner_fields::{
     check_security_group, check_subnet, cloud_run_cpu, cloud_run_memory, cloud_run_size,
     fargate_cpu, fargate_memory, fargate_size,
 };
-use crate::config::schema::{CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, RunnerDoc};
-use vergence_model::{
-    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerKind, RunnerSpec, Source,
+use crate::config::schema::{
+    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc,
 };
+use vergence_model::{
+    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RuntimeName,
+    Source,
+};
+
+/// A runtime's runner as written, which release channels may override.
+#[derive(Clone, Copy)]
+pub(super) struct RuntimeRunner<'a> {
+    pub(super) doc: Option<&'a RunnerDoc>,
+    pub(super) source: &'a Source,
+}
+
+impl RuntimeRunner<'_> {
+    /// "the ecs runner (runtimes.yaml:3)", "the local runner (the default)".
+    fn describe(&self) -> String {
+        match self.doc {
+            None => "the local runner (the default)".to_owned(),
+            Some(doc) => format!(
+                "the {} runner ({})",
+                doc.kind(),
+                self.source.location("runtime.runner")
+            ),
+        }
+    }
+}
 
 impl Checker<'_> {
     /// The runner of the runtime or protection at `owner` (its `runner`
@@ -40,6 +66,38 @@ impl Checker<'_> {
         } else {
             None
         }
+    }
+
+    /// The runner of `runtime` in a release channel whose entry for it (at
+    /// `entry`) overrides settings of the runtime's runner: the runtime's
+    /// own with the given settings replacing its. `None` when the override
+    /// is wrong (reported) or the runtime's runner is (reported there).
+    pub(super) fn runner_override(
+        &mut self,
+        source: &Source,
+        entry: &FieldPath,
+        runtime: &RuntimeName,
+        base: RuntimeRunner<'_>,
+        over: &RunnerDoc,
+    ) -> Option<RunnerSpec> {
+        let path = entry.key("runner");
+        let kind_path = path.key(over.kind().as_str());
+        let local = RunnerDoc::Local(LocalRunnerDoc {});
+        let Some(merged) = base.doc.unwrap_or(&local).overridden_by(over) else {
+            let message = format!(
+                "runtime {runtime} runs on {}; a release channel can change that runner's settings, \
+                 not switch it to {}: set the runner on the runtime, or define another runtime for this channel",
+                base.describe(),
+                over.kind()
+            );
+            self.err(source, &kind_path, message);
+            return None;
+        };
+        let before = self.errors.len();
+        self.runner_settings(source, &kind_path, over);
+        self.runner_size(source, &kind_path, over, &merged);
+        let spec = runner_spec(&merged)?;
+        (self.errors.len() == before).then_some(spec)
     }
 
     /// Checks the shape of each setting `doc` gives (at `path`, the

@@ -325,10 +325,13 @@ pub struct PostDeploymentLifecycleDoc {
     pub check_duration: Option<DurationDoc>,
 }
 
+/// A runtime a release channel offers, with the settings of its runner
+/// this channel changes (of the same kind as the runtime's runner).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRefDoc {
     pub runtime: RuntimeName,
+    pub runner: Option<RunnerDoc>,
 }
 
 #[derive(Debug, Deserialize)]

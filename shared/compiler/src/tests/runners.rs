@@ -1,4 +1,5 @@
-//! Runners in config: each kind compiled with its settings and defaults.
+//! Runners in config: each kind compiled with its settings and defaults,
+//! and release channels' overrides merged over the runtime's runner.
 
 use super::*;
 
@@ -33,7 +34,13 @@ const ECS_APP: &str = r#"application:
     - name: staging
       runtimes: [{runtime: jobs}]
     - name: prod
-      runtimes: [{runtime: jobs}]
+      runtimes:
+        - runtime: jobs
+          runner:
+            ecs:
+              cluster: prod-jobs
+              subnets: [subnet-0dd]
+              memory: 4096
       protections:
         - ref: {name: smoke}
           lifecycle: [{deployment: {}}]
@@ -58,13 +65,19 @@ fn ecs(cluster: &str, subnets: &[&str], memory: u32) -> RunnerSpec {
 }
 
 #[test]
-fn an_ecs_runner_runs_every_job_of_its_runtime_with_its_defaults() {
+fn a_release_channel_override_is_merged_over_the_runtime_runner_for_every_job() {
     let model = check(&bundle(&[("rt.yaml", ECS_RUNTIME), ("app.yaml", ECS_APP)])).unwrap();
     let instances = compiled(&model, "shop", "web", None);
 
-    // The smallest memory the CPU allows, the default log group.
+    // Staging runs on the runtime's runner, with the smallest memory its
+    // CPU allows.
+    let staging = &instances["staging"];
+    let staging_runner = ecs("staging-jobs", &["subnet-0aa", "subnet-0bb"], 2048);
+    assert_eq!(staging.apply.job.runner, staging_runner);
+
+    // Prod replaces cluster, the subnet list and memory; keeps the rest.
     let prod = &instances["prod"];
-    let prod_runner = ecs("staging-jobs", &["subnet-0aa", "subnet-0bb"], 2048);
+    let prod_runner = ecs("prod-jobs", &["subnet-0dd"], 4096);
     assert_eq!(prod.apply.job.runner, prod_runner);
     assert_eq!(prod.fetch.as_ref().unwrap().job.runner, prod_runner);
     assert_eq!(prod.get_info.as_ref().unwrap().job.runner, prod_runner);
@@ -79,7 +92,7 @@ fn an_ecs_runner_runs_every_job_of_its_runtime_with_its_defaults() {
 #[test]
 fn runner_local_may_be_written_as_a_scalar_and_keeps_the_program_image() {
     let rt = "runtime:\n  name: rt\n  runner: local\n  apply: {taskConfig: {program: {image: alpine:3, cmd: [./x]}}}\n";
-    let app = "application:\n  name: a\n  releaseChannels:\n    - {name: x, runtimes: [{runtime: rt}]}\n---\nservice: {name: web}\n";
+    let app = "application:\n  name: a\n  releaseChannels:\n    - {name: x, runtimes: [{runtime: rt, runner: {local: {}}}]}\n---\nservice: {name: web}\n";
     let model = check(&bundle(&[("rt.yaml", rt), ("app.yaml", app)])).unwrap();
     let job = &compiled(&model, "a", "web", None)["x"].apply.job;
     assert_eq!(job.runner, RunnerSpec::Local);

@@ -1,9 +1,11 @@
-//! The `runner` block of runtimes and protections: `runner: local`, or a
-//! mapping with exactly one of `local`, `ecs`, `cloudRun`, `kubernetes`.
+//! The `runner` block of runtimes and protections, and of a release
+//! channel's override of a runtime's runner: `runner: local`, or a mapping
+//! with exactly one of `local`, `ecs`, `cloudRun`, `kubernetes`.
 //!
-//! Every setting is optional here: missing settings are reported by the
-//! checker (all of them, with their lines) instead of stopping the reading
-//! of the document at the first.
+//! Every setting is optional here: a release channel's override gives only
+//! the settings it changes, and a runtime's missing settings are reported
+//! by the checker (all of them, with their lines) instead of stopping the
+//! reading of the document at the first.
 
 use std::fmt;
 
@@ -35,6 +37,48 @@ impl RunnerDoc {
             RunnerDoc::CloudRun(_) => RunnerKind::CloudRun,
         }
     }
+
+    /// This runner with the settings `over` gives replacing its own, field
+    /// by field (a list replaces the whole list); `None` when `over` is of
+    /// another kind.
+    pub fn overridden_by(&self, over: &RunnerDoc) -> Option<RunnerDoc> {
+        Some(match (self, over) {
+            (RunnerDoc::Local(_), RunnerDoc::Local(_)) => RunnerDoc::Local(LocalRunnerDoc {}),
+            (RunnerDoc::Kubernetes(base), RunnerDoc::Kubernetes(over)) => {
+                RunnerDoc::Kubernetes(KubernetesRunnerDoc {
+                    agent: either(&over.agent, &base.agent),
+                    namespace: either(&over.namespace, &base.namespace),
+                    service_account: either(&over.service_account, &base.service_account),
+                })
+            }
+            (RunnerDoc::Ecs(base), RunnerDoc::Ecs(over)) => RunnerDoc::Ecs(EcsRunnerDoc {
+                cluster: either(&over.cluster, &base.cluster),
+                region: either(&over.region, &base.region),
+                subnets: either(&over.subnets, &base.subnets),
+                security_groups: either(&over.security_groups, &base.security_groups),
+                assign_public_ip: over.assign_public_ip.or(base.assign_public_ip),
+                task_role_arn: either(&over.task_role_arn, &base.task_role_arn),
+                execution_role_arn: either(&over.execution_role_arn, &base.execution_role_arn),
+                cpu: either(&over.cpu, &base.cpu),
+                memory: either(&over.memory, &base.memory),
+                log_group: either(&over.log_group, &base.log_group),
+            }),
+            (RunnerDoc::CloudRun(base), RunnerDoc::CloudRun(over)) => {
+                RunnerDoc::CloudRun(CloudRunRunnerDoc {
+                    project: either(&over.project, &base.project),
+                    region: either(&over.region, &base.region),
+                    service_account: either(&over.service_account, &base.service_account),
+                    cpu: either(&over.cpu, &base.cpu),
+                    memory: either(&over.memory, &base.memory),
+                })
+            }
+            _ => return None,
+        })
+    }
+}
+
+fn either<T: Clone>(over: &Option<T>, base: &Option<T>) -> Option<T> {
+    over.as_ref().or(base.as_ref()).cloned()
 }
 
 /// `local: {}`: a process (or a container, when the program names an
