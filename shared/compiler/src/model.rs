@@ -11,7 +11,7 @@ use super::template::Template;
 use vergence_model::error::{Error, Result};
 use vergence_model::{
     ApplicationName, DriftPolicy, FetchMode, InstanceKey, Lifecycle, ParamValue, Precondition,
-    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef,
+    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RunnerUse, RuntimeName, SecretRef,
     ServiceName, TimeWindows,
 };
 
@@ -24,6 +24,8 @@ pub struct ConfigModel {
     pub applications: BTreeMap<ApplicationName, Application>,
     pub runtimes: BTreeMap<RuntimeName, Runtime>,
     pub protections: BTreeMap<ProtectionName, Protection>,
+    /// Every runner the config names, with where, in file and line order.
+    pub runner_uses: Vec<RunnerUse>,
 }
 
 impl ConfigModel {

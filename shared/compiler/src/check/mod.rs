@@ -34,7 +34,8 @@ use runner::RuntimeRunner;
 use runtime::RuntimeSource;
 use vergence_model::diagnostics::suggest;
 use vergence_model::{
-    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RuntimeName, Source,
+    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RunnerUse,
+    RuntimeName, Source,
 };
 
 /// Timeout of fetch and getInfo jobs and of protection checks, unless set.
@@ -50,6 +51,7 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
         errors,
         runtime_sources: HashMap::new(),
         protections: BTreeMap::new(),
+        runner_uses: Vec::new(),
     };
     let model = checker.build(bundle, &documents);
     if checker.errors.is_empty() {
@@ -76,11 +78,12 @@ struct ByKind<'a> {
 
 /// Checks documents, collecting every error, and keeps what later kinds
 /// need from earlier ones: the constants each runtime's templates use and
-/// the protections that can be attached.
+/// the protections that can be attached; and every runner named.
 struct Checker<'a> {
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
     protections: BTreeMap<ProtectionName, Protection>,
+    runner_uses: Vec<RunnerUse>,
 }
 
 impl<'a> Checker<'a> {
@@ -123,12 +126,17 @@ impl<'a> Checker<'a> {
         for service in &by_kind.services {
             self.service(service, &mut apps, &runtimes);
         }
+        let mut runner_uses = std::mem::take(&mut self.runner_uses);
+        runner_uses.sort_by(|a, b| {
+            (&a.at.file, a.at.line, &a.at.path).cmp(&(&b.at.file, b.at.line, &b.at.path))
+        });
         ConfigModel {
             hash: bundle.hash(),
             root: bundle.root.clone(),
             applications: apps,
             runtimes,
             protections: std::mem::take(&mut self.protections),
+            runner_uses,
         }
     }
 

@@ -18,7 +18,7 @@ use crate::config::schema::{
 };
 use crate::model::{JobTemplate, Protection, ProtectionTemplate, ProtectionUse};
 use crate::template::{Reference, Template};
-use vergence_model::{FailureBehavior, Lifecycle, RunnerKind, Source};
+use vergence_model::{FailureBehavior, Lifecycle, RunnerKind, RunnerUser, Source};
 
 const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
 
@@ -31,7 +31,8 @@ impl<'a> Checker<'a> {
         let params = self.params(source, &root, &doc.parameters, SecretParams::Refused);
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
-                let runner = self.runner(source, &root, doc.runner.as_ref());
+                let by = RunnerUser::Protection(doc.name.clone());
+                let runner = self.runner(source, &root, doc.runner.as_ref(), by);
                 let input = JobInput {
                     path: root.clone(),
                     task,

@@ -2,6 +2,9 @@
 //! setting of the right shape, a Fargate or Cloud Run size that exists),
 //! and a release channel's override of a runtime's runner, merged field by
 //! field over the runtime's own and of the same kind.
+//!
+//! Every runner the config names is remembered with where it is written,
+//! for [`CompiledConfig::runner_uses`](vergence_model::ports::CompiledConfig::runner_uses).
 
 use super::Checker;
 use super::field_path::FieldPath;
@@ -15,8 +18,8 @@ use crate::config::schema::{
     CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc,
 };
 use vergence_model::{
-    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RuntimeName,
-    Source,
+    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RunnerUse,
+    RunnerUser, RuntimeName, Source,
 };
 
 /// A runtime's runner as written, which release channels may override.
@@ -49,9 +52,12 @@ impl Checker<'_> {
         source: &Source,
         owner: &FieldPath,
         doc: Option<&RunnerDoc>,
+        by: RunnerUser,
     ) -> Option<RunnerSpec> {
         let path = owner.key("runner");
+        let at = source.location(if doc.is_some() { &path } else { owner });
         let kind = doc.map_or(RunnerKind::Local, RunnerDoc::kind);
+        self.runner_uses.push(RunnerUse { kind, by, at });
         let Some(doc) = doc else {
             return Some(RunnerSpec::Local);
         };
@@ -81,6 +87,11 @@ impl Checker<'_> {
         over: &RunnerDoc,
     ) -> Option<RunnerSpec> {
         let path = entry.key("runner");
+        self.runner_uses.push(RunnerUse {
+            kind: over.kind(),
+            by: RunnerUser::Runtime(runtime.clone()),
+            at: source.location(&path),
+        });
         let kind_path = path.key(over.kind().as_str());
         let local = RunnerDoc::Local(LocalRunnerDoc {});
         let Some(merged) = base.doc.unwrap_or(&local).overridden_by(over) else {

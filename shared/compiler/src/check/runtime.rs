@@ -14,7 +14,9 @@ use crate::config::schema::{
     FetchDoc, FetchModeDoc, GetInfoDoc, RetryPolicyDoc, RunnerDoc, RuntimeDoc, TaskConfigDoc,
 };
 use crate::model::{FetchTemplate, GetInfoTemplate, ParamDecl, ReleaseChannel, Runtime};
-use vergence_model::{ConfigError, FetchMode, RetryPolicy, RunnerKind, RuntimeName, Source};
+use vergence_model::{
+    ConfigError, FetchMode, RetryPolicy, RunnerKind, RunnerUser, RuntimeName, Source,
+};
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
@@ -72,7 +74,8 @@ impl<'a> Checker<'a> {
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
-        let runner = self.runner(source, &root, doc.runner.as_ref());
+        let by = RunnerUser::Runtime(doc.name.clone());
+        let runner = self.runner(source, &root, doc.runner.as_ref(), by);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let Some(apply_doc) = &doc.apply else {
             if !first_class {

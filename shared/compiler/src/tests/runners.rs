@@ -1,7 +1,10 @@
 //! Runners in config: each kind compiled with its settings and defaults,
-//! and release channels' overrides merged over the runtime's runner.
+//! release channels' overrides merged over the runtime's runner, and where
+//! each runner is named.
 
 use super::*;
+use crate::port::YamlCompiler;
+use vergence_model::ports::Compiler;
 
 const ECS_RUNTIME: &str = r#"runtime:
   name: jobs
@@ -144,5 +147,25 @@ service:
             namespace: Some("jobs".into()),
             service_account: Some("deployer".into()),
         })
+    );
+}
+
+#[test]
+fn runner_uses_say_which_runners_the_config_names_and_where() {
+    let compiled = YamlCompiler
+        .compile(&bundle(&[("rt.yaml", ECS_RUNTIME), ("app.yaml", ECS_APP)]))
+        .unwrap();
+    let uses: Vec<String> = compiled
+        .runner_uses()
+        .iter()
+        .map(|u| format!("{}: {} runs on {}", u.at, u.by, u.kind))
+        .collect();
+    assert_eq!(
+        uses,
+        vec![
+            "app.yaml:9: application.releaseChannels[1].runtimes[0].runner: runtime jobs runs on ecs",
+            "rt.yaml:3: runtime.runner: runtime jobs runs on ecs",
+            "rt.yaml:21: protection: protection smoke runs on local",
+        ]
     );
 }
