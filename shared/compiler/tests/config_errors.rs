@@ -582,3 +582,73 @@ fn every_runner_override_error_names_its_field() {
         ],
     );
 }
+
+const SECRET_RUNTIMES: &str = r#"runtime:
+  name: on-ecs
+  runner: {ecs: {cluster: jobs, subnets: [subnet-0a]}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply], env: {A: "{{.Params.a}}", B: "{{.Params.b}}", C: "{{.Params.c}}", D: "{{.Params.d}}"}}}}
+  parameters:
+    - {name: a, secret: {}}
+    - {name: b, secret: {}}
+    - {name: c, secret: {}}
+    - {name: d, secret: {}}
+---
+runtime:
+  name: local-rt
+  apply: {taskConfig: {program: {cmd: [./apply], env: {A: "{{.Params.a}}", B: "{{.Params.b}}", C: "{{.Params.c}}", D: "{{.Params.d}}", E: "{{.Params.e}}"}}}}
+  parameters:
+    - {name: a, secret: {}}
+    - {name: b, secret: {}}
+    - {name: c, secret: {}}
+    - {name: d, secret: {}}
+    - {name: e, secret: {}}
+---
+application:
+  name: shop
+  releaseChannels:
+    - {name: staging, runtimes: [{runtime: on-ecs}, {runtime: local-rt}]}
+"#;
+
+const SECRET_SERVICES: &str = r#"service:
+  name: on-ecs
+  runtime: on-ecs
+  custom:
+    parameterValues:
+      - {name: a, secret: {fromEnv: TOKEN}}
+      - {name: b, secret: {gcpSecretManager: projects/p/secrets/s/versions/1}}
+      - {name: c, secret: {awsSecretsManager: db-password}}
+      - {name: d, secret: {awsSsmParameter: /prod/db, fromEnv: X}}
+---
+service:
+  name: on-local
+  runtime: local-rt
+  custom:
+    parameterValues:
+      - {name: a, secret: {awsSsmParameter: /prod/db}}
+      - {name: b, secret: {}}
+      - {name: c, secret: {kubernetesSecret: {name: db}}}
+      - {name: d, secret: {gcpSecretManager: projects/p/secrets/s}}
+      - {name: e, secret: {fromEnv: 1X, fromENV: Y}}
+"#;
+
+#[test]
+fn every_secret_source_error_names_its_field() {
+    assert_errors(
+        &[
+            ("rt.yaml", SECRET_RUNTIMES),
+            ("services.yaml", SECRET_SERVICES),
+        ],
+        &[
+            "services.yaml:6: service.custom.parameterValues[0].secret.fromEnv: runtime on-ecs runs its jobs on the ecs runner, which does not read fromEnv secrets (fromEnv is the environment of the local runner, and passing it on would put the secret in the job's plain environment); give a source the ecs runner reads: awsSecretsManager or awsSsmParameter",
+            "services.yaml:7: service.custom.parameterValues[1].secret.gcpSecretManager: runtime on-ecs runs its jobs on the ecs runner, which does not read gcpSecretManager secrets (the cloudRun runner does); give a source the ecs runner reads: awsSecretsManager or awsSsmParameter",
+            "services.yaml:8: service.custom.parameterValues[2].secret.awsSecretsManager: \"db-password\" is not a Secrets Manager secret ARN: write arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME",
+            "services.yaml:9: service.custom.parameterValues[3].secret: a secret has exactly one source; found fromEnv and awsSsmParameter: keep one",
+            "services.yaml:16: service.custom.parameterValues[0].secret.awsSsmParameter: runtime local-rt runs its jobs on the local runner, which does not read awsSsmParameter secrets (the ecs runner does); give a source the local runner reads: fromEnv",
+            "services.yaml:17: service.custom.parameterValues[1].secret: give the secret a source: one of fromEnv: VARIABLE, awsSecretsManager: ARN, awsSsmParameter: NAME, gcpSecretManager: projects/P/secrets/S/versions/V, kubernetesSecret: {name, key}",
+            "services.yaml:18: service.custom.parameterValues[2].secret.kubernetesSecret.key: kubernetesSecret needs key: the key of the Secret's data that holds the value",
+            "services.yaml:19: service.custom.parameterValues[3].secret.gcpSecretManager: \"projects/p/secrets/s\" is not a Secret Manager version: write projects/PROJECT/secrets/NAME/versions/VERSION (a number, or latest)",
+            "services.yaml:20: service.custom.parameterValues[4].secret.fromENV: unknown key 'fromENV'; did you mean 'fromEnv'?",
+            "services.yaml:20: service.custom.parameterValues[4].secret.fromEnv: \"1X\" is not a valid environment variable name",
+        ],
+    );
+}

@@ -3,8 +3,8 @@
 //! path; a config with any error produces no model at all.
 //!
 //! One [`Checker`] walks the documents; each kind has its module
-//! (`application`, `runtime`, `service` with `parameter_values`,
-//! `protection`), and what several kinds have in common has its
+//! (`application`, `runtime`, `service` with `parameter_values` and
+//! `secret`, `protection`), and what several kinds have in common has its
 //! own: job templates (`job`), runners (`runner`, with the values of their
 //! settings in `runner_fields`) and parameter declarations (`parameters`).
 //! Every error names its field with a [`FieldPath`].
@@ -18,6 +18,7 @@ mod protection;
 mod runner;
 mod runner_fields;
 mod runtime;
+mod secret;
 mod service;
 
 use std::collections::{BTreeMap, HashMap};

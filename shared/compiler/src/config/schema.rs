@@ -217,11 +217,29 @@ pub struct ParameterValueDoc {
     pub secret: Option<SecretValueDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A secret's source, as a service gives it for a runtime's `secret`
+/// parameter: exactly one of these keys (checked by the checker, so every
+/// mistake is reported with the others).
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretValueDoc {
-    /// Read from this environment variable of the runner when the job starts.
-    pub from_env: String,
+    /// An environment variable of the process running the local runner.
+    pub from_env: Option<String>,
+    /// A Secrets Manager secret ARN (read by ECS).
+    pub aws_secrets_manager: Option<String>,
+    /// An SSM parameter ARN or name (read by ECS).
+    pub aws_ssm_parameter: Option<String>,
+    /// `projects/P/secrets/S/versions/V` (read by Cloud Run).
+    pub gcp_secret_manager: Option<String>,
+    /// A key of a Kubernetes Secret in the Job's namespace.
+    pub kubernetes_secret: Option<KubernetesSecretDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesSecretDoc {
+    pub name: Option<String>,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,6 +1,6 @@
 //! Runners in config: each kind compiled with its settings and defaults,
-//! release channels' overrides merged over the runtime's runner, and where
-//! each runner is named.
+//! release channels' overrides merged over the runtime's runner, secret
+//! sources handed to jobs, and where each runner is named.
 
 use super::*;
 use crate::port::YamlCompiler;
@@ -21,10 +21,13 @@ const ECS_RUNTIME: &str = r#"runtime:
       program:
         image: registry.example.com/deployer:1
         cmd: [./apply]
+        env: {TOKEN: "{{.Params.token}}"}
   fetch:
     taskConfig: {program: {image: registry.example.com/deployer:1, cmd: [./fetch]}}
   getInfo:
     taskConfig: {program: {image: registry.example.com/deployer:1, cmd: [./info]}}
+  parameters:
+    - {name: token, required: true, secret: {}}
 ---
 protection:
   name: smoke
@@ -50,6 +53,10 @@ const ECS_APP: &str = r#"application:
 ---
 service:
   name: web
+  custom:
+    parameterValues:
+      - name: token
+        secret: {awsSecretsManager: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:web-token"}
 "#;
 
 fn ecs(cluster: &str, subnets: &[&str], memory: u32) -> RunnerSpec {
@@ -90,6 +97,14 @@ fn a_release_channel_override_is_merged_over_the_runtime_runner_for_every_job() 
         panic!("a job protection");
     };
     assert_eq!(job.runner, RunnerSpec::Local);
+
+    // The secret reaches the job by reference, for ECS to resolve.
+    assert_eq!(
+        prod.apply.job.secret_env["TOKEN"],
+        SecretRef::AwsSecretsManager(
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:web-token".into()
+        )
+    );
 }
 
 #[test]
@@ -103,17 +118,19 @@ fn runner_local_may_be_written_as_a_scalar_and_keeps_the_program_image() {
 }
 
 #[test]
-fn cloud_run_and_kubernetes_runners_carry_their_settings() {
+fn cloud_run_and_kubernetes_runners_carry_their_settings_and_secret_sources() {
     let runtimes = r#"runtime:
   name: on-run
   runner:
     cloudRun: {project: my-project, region: europe-west1, serviceAccount: jobs@my-project.iam.gserviceaccount.com, cpu: "2", memory: 4Gi}
-  apply: {taskConfig: {program: {image: img, cmd: [./x]}}}
+  apply: {taskConfig: {program: {image: img, cmd: [./x], env: {TOKEN: "{{.Params.token}}"}}}}
+  parameters: [{name: token, secret: {}}]
 ---
 runtime:
   name: on-k8s
   runner: {kubernetes: {agent: prod-eu, namespace: jobs, serviceAccount: deployer}}
-  apply: {taskConfig: {program: {image: img, cmd: [./x]}}}
+  apply: {taskConfig: {program: {image: img, cmd: [./x], env: {TOKEN: "{{.Params.token}}"}}}}
+  parameters: [{name: token, secret: {}}]
 "#;
     let app = r#"application:
   name: a
@@ -122,10 +139,12 @@ runtime:
 service:
   name: run
   runtime: on-run
+  custom: {parameterValues: [{name: token, secret: {gcpSecretManager: projects/my-project/secrets/token/versions/latest}}]}
 ---
 service:
   name: k8s
   runtime: on-k8s
+  custom: {parameterValues: [{name: token, secret: {kubernetesSecret: {name: deploy, key: token}}}]}
 "#;
     let model = check(&bundle(&[("rt.yaml", runtimes), ("app.yaml", app)])).unwrap();
     let run = &compiled(&model, "a", "run", None)["x"].apply.job;
@@ -139,6 +158,10 @@ service:
             memory: Some("4Gi".into()),
         })
     );
+    assert_eq!(
+        run.secret_env["TOKEN"],
+        SecretRef::GcpSecretManager("projects/my-project/secrets/token/versions/latest".into())
+    );
     let k8s = &compiled(&model, "a", "k8s", None)["x"].apply.job;
     assert_eq!(
         k8s.runner,
@@ -147,6 +170,13 @@ service:
             namespace: Some("jobs".into()),
             service_account: Some("deployer".into()),
         })
+    );
+    assert_eq!(
+        k8s.secret_env["TOKEN"],
+        SecretRef::KubernetesSecret {
+            name: "deploy".into(),
+            key: "token".into()
+        }
     );
 }
 
@@ -165,7 +195,7 @@ fn runner_uses_say_which_runners_the_config_names_and_where() {
         vec![
             "app.yaml:9: application.releaseChannels[1].runtimes[0].runner: runtime jobs runs on ecs",
             "rt.yaml:3: runtime.runner: runtime jobs runs on ecs",
-            "rt.yaml:21: protection: protection smoke runs on local",
+            "rt.yaml:24: protection: protection smoke runs on local",
         ]
     );
 }
