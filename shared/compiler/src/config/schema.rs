@@ -16,8 +16,7 @@ use vergence_model::{
 };
 
 pub use runner::{
-    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RUNNER_FORMS, RunnerDoc,
-    required_settings,
+    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc,
 };
 
 /// A document: exactly one top-level kind.

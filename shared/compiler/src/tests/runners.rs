@@ -199,3 +199,44 @@ fn runner_uses_say_which_runners_the_config_names_and_where() {
         ]
     );
 }
+
+/// The YAML blocks of the "Runner examples" section of docs/config.md.
+fn documented_runner_examples() -> Vec<&'static str> {
+    const REFERENCE: &str = include_str!("../../../../docs/config.md");
+    let start = REFERENCE
+        .find("### Runner examples")
+        .expect("docs/config.md has runner examples");
+    let section = &REFERENCE[start..];
+    let end = section[4..].find("\n#").map_or(section.len(), |i| i + 4);
+    section[..end]
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .collect()
+}
+
+#[test]
+fn the_runner_examples_of_the_config_reference_compile() {
+    let examples = documented_runner_examples();
+    let kinds = [
+        RunnerKind::Local,
+        RunnerKind::Ecs,
+        RunnerKind::CloudRun,
+        RunnerKind::Kubernetes,
+    ];
+    assert_eq!(examples.len(), kinds.len(), "{examples:#?}");
+    for (example, kind) in examples.into_iter().zip(kinds) {
+        let runtime = example
+            .lines()
+            .find_map(|line| line.strip_prefix("  name: "))
+            .expect("the example names its runtime");
+        let app = format!(
+            "application: {{name: shop, releaseChannels: [{{name: staging, runtimes: [{{runtime: {runtime}}}]}}]}}\n"
+        );
+        let model = check(&bundle(&[("runtime.yaml", example), ("app.yaml", &app)]))
+            .unwrap_or_else(|e| panic!("{runtime}: {e}"));
+        let job = &compiled(&model, "shop", "web", None)["staging"].apply.job;
+        assert_eq!(job.runner.kind(), kind, "{runtime}");
+        assert_eq!(job.secret_env["DEPLOY_TOKEN"].read_by(), kind, "{runtime}");
+    }
+}

@@ -17,7 +17,7 @@ use vergence_model::RunnerKind;
 use vergence_model::diagnostics::suggest;
 
 /// The forms a runner is written in, for messages.
-pub const RUNNER_FORMS: &str = "write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}";
+const RUNNER_FORMS: &str = "write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}";
 
 /// Where a runtime's or protection's jobs run.
 #[derive(Clone, Debug)]
@@ -202,7 +202,7 @@ fn runner_kind(raw: &str) -> Result<RunnerKind, String> {
 }
 
 /// The settings a runner of `kind` cannot do without, as written in config.
-pub fn required_settings(kind: RunnerKind) -> &'static str {
+fn required_settings(kind: RunnerKind) -> &'static str {
     match kind {
         RunnerKind::Local => "",
         RunnerKind::Kubernetes => "agent: NAME",
