@@ -30,7 +30,7 @@ pub mod window;
 
 pub use bundle::ConfigBundle;
 pub use compiled::*;
-pub use diagnostics::{ConfigError, ConfigErrors, Positions, Source};
+pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
 pub use error::{Error, Result};
 pub use event::*;
 pub use instance::*;

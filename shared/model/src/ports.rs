@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::{
     AlertState, ApiToken, ApplicationName, Approval, Desired, Event, EventFilter, InstanceKey,
     InstanceRecord, JobHandle, JobId, JobRecord, JobResult, ParamValue, Release,
-    ReleaseChannelName, RunnerSpec, ServiceName,
+    ReleaseChannelName, RunnerSpec, RunnerUse, ServiceName,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -60,6 +60,11 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
         service: &ServiceName,
         params: &BTreeMap<String, ParamValue>,
     ) -> Result<String>;
+    /// Every runner the config names, with where: each runtime's and
+    /// protection's runner and each release channel's override of a
+    /// runtime's runner, in file and line order. A command can warn about
+    /// the kinds its deployment has no runner for before any job is due.
+    fn runner_uses(&self) -> Vec<RunnerUse>;
     /// The desired state of every instance of a service, running `release`
     /// (or the config-derived version without one).
     fn compile_service(
