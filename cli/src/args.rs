@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use vergence_model::Version;
+use vergence_runner_local::ContainerEngine;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -188,9 +189,25 @@ pub struct UpArgs {
     /// Keep converging and detect drift at the fetch intervals, until Ctrl-C.
     #[arg(long)]
     pub watch: bool,
+    #[command(flatten)]
+    pub runners: RunnerArgs,
+}
+
+/// How this machine runs jobs.
+#[derive(Debug, Args)]
+pub struct RunnerArgs {
     /// Most jobs running at once.
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_jobs: usize,
+    /// What runs jobs whose program names an image: docker, podman, or auto
+    /// (the first of them on PATH).
+    #[arg(
+        long,
+        env = "VERGENCE_CONTAINER_ENGINE",
+        default_value = "auto",
+        value_name = "ENGINE"
+    )]
+    pub container_engine: ContainerEngine,
 }
 
 #[derive(Debug, Args)]
@@ -264,9 +281,8 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: String,
-    /// Most jobs running at once.
-    #[arg(long, default_value_t = 32, value_name = "N")]
-    pub max_jobs: usize,
+    #[command(flatten)]
+    pub runners: RunnerArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -281,11 +297,12 @@ pub enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
-    #[arg(long = "app", value_name = "APP")]
-    pub application: String,
+    #[command(flatten)]
+    pub subject: TokenSubjectArgs,
     /// release (push releases), approve (record approvals) or admin
-    /// (everything); repeatable.
-    #[arg(long = "scope", value_name = "SCOPE", required = true, value_parser = parse_scope)]
+    /// (everything); repeatable. Application tokens need one; agent tokens
+    /// take none.
+    #[arg(long = "scope", value_name = "SCOPE", value_parser = parse_scope)]
     pub scopes: Vec<vergence_model::Scope>,
     /// What the token is for (shown in `token list`).
     #[arg(long)]
@@ -298,8 +315,20 @@ fn parse_scope(raw: &str) -> Result<vergence_model::Scope, String> {
 
 #[derive(Debug, Args)]
 pub struct TokenListArgs {
+    #[command(flatten)]
+    pub subject: TokenSubjectArgs,
+}
+
+/// Whose token: an application's (`--app`) or an agent's (`--agent`).
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct TokenSubjectArgs {
     #[arg(long = "app", value_name = "APP")]
-    pub application: String,
+    pub application: Option<String>,
+    /// A `vergence-agent`'s token: it can poll for and report that agent's
+    /// work, and nothing else.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
 }
 
 #[derive(Debug, Args)]

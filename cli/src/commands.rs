@@ -14,7 +14,7 @@ use vergence_model::ConfigBundle;
 use vergence_model::ports::{
     ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
-use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status};
+use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status, TokenSubject};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
@@ -162,7 +162,7 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         .request_checks(&InstanceFilter::default(), &actor)
         .await?;
 
-    let driver = local_driver(&local, args.max_jobs, "`vergence up`");
+    let driver = local_driver(&local, &args.runners, "`vergence up`");
     let mode = if args.watch {
         DriveMode::Forever
     } else {
@@ -493,7 +493,8 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
 
 /// The engine loop over the local state, with this machine's runners;
 /// `deployment` names the command, for reasons.
-fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
+fn local_driver(local: &Local, runners: &crate::args::RunnerArgs, deployment: &str) -> Driver {
+    let max_jobs = runners.max_jobs;
     let sink = Arc::new(JobCompletion::new(
         local.store.clone(),
         local.queue.clone(),
@@ -501,7 +502,10 @@ fn local_driver(local: &Local, max_jobs: usize, deployment: &str) -> Driver {
     ));
     let runners = RunnerRouter::new(deployment).with(
         RunnerKind::Local,
-        Arc::new(LocalRunner::new(sink, local.artifacts.clone(), max_jobs)),
+        Arc::new(
+            LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
+                .with_container_engine(runners.container_engine),
+        ),
     );
     let engine = Engine::new(
         local.store.clone(),
@@ -563,7 +567,7 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
             ..vergence_api::ApiConfig::default()
         },
     ));
-    let driver = local_driver(&local, args.max_jobs, "`vergence serve`");
+    let driver = local_driver(&local, &args.runners, "`vergence serve`");
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(
@@ -618,15 +622,12 @@ pub async fn token(global: &Global, command: &crate::args::TokenCommand) -> Resu
     use crate::args::TokenCommand;
     match command {
         TokenCommand::Create(args) => {
-            let application = args
-                .application
-                .parse()
-                .map_err(|e| anyhow!("--app: {e}"))?;
+            let subject = token_subject(&args.subject)?;
             // Tokens may come before any config: creating one creates the state.
             let store = token_store(global, true).await?;
             let (token, full) = vergence_api::create_token(
                 store.as_ref(),
-                &application,
+                &subject,
                 &args.scopes,
                 args.description.clone(),
                 &actor(),
@@ -635,19 +636,21 @@ pub async fn token(global: &Global, command: &crate::args::TokenCommand) -> Resu
             .await?;
             // Only the token on stdout, so `TOKEN=$(vergence token create …)` works.
             println!("{full}");
+            let can = match &subject {
+                TokenSubject::Application(_) => {
+                    format!("with scope(s) {}", scope_list(&token.scopes))
+                }
+                TokenSubject::Agent(_) => "that can do only that agent's work".to_owned(),
+            };
             eprintln!(
-                "created token {} for {application} with scope(s) {}; store it now: it cannot be shown again",
+                "created token {} for {subject} {can}; store it now: it cannot be shown again",
                 token.id,
-                scope_list(&token.scopes)
             );
         }
         TokenCommand::List(args) => {
-            let application = args
-                .application
-                .parse()
-                .map_err(|e| anyhow!("--app: {e}"))?;
+            let subject = token_subject(&args.subject)?;
             let store = token_store(global, false).await?;
-            let tokens = store.list_tokens(&application).await?;
+            let tokens = store.list_tokens(&subject).await?;
             let rows: Vec<Vec<String>> = tokens
                 .iter()
                 .map(|t| {
@@ -678,6 +681,19 @@ pub async fn token(global: &Global, command: &crate::args::TokenCommand) -> Resu
         }
     }
     Ok(0)
+}
+
+/// The application or agent a token command names.
+fn token_subject(args: &crate::args::TokenSubjectArgs) -> Result<TokenSubject> {
+    match (&args.application, &args.agent) {
+        (Some(application), _) => Ok(TokenSubject::Application(
+            application.parse().map_err(|e| anyhow!("--app: {e}"))?,
+        )),
+        (None, Some(agent)) => Ok(TokenSubject::Agent(
+            agent.parse().map_err(|e| anyhow!("--agent: {e}"))?,
+        )),
+        (None, None) => bail!("name whose token it is: --app APP or --agent NAME"),
+    }
 }
 
 /// Where `token` commands keep tokens: a serverless deployment's table

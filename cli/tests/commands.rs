@@ -296,3 +296,44 @@ fn up_returns_3_while_an_instance_waits_for_a_release_parameter() {
     );
     assert!(!project.file("deployed.log").exists());
 }
+
+#[test]
+fn a_config_nested_thousands_deep_is_an_error_with_its_line_not_a_crash() {
+    let project = Project::quickstart();
+    project.write("bomb.yaml", &format!("{}x\n", "- ".repeat(20_000)));
+    for command in [&["validate"][..], &["plan"], &["up"]] {
+        let run = project.vergence(command);
+        assert_eq!(run.code, 1, "{command:?}: {run}");
+        assert!(
+            run.stderr.contains("bomb.yaml:1:") && run.stderr.contains("levels deep"),
+            "{command:?}: {run}"
+        );
+    }
+    assert!(
+        !project.file(".vergence/state.db").exists(),
+        "a rejected config stores nothing"
+    );
+}
+
+#[test]
+fn an_emptied_state_file_is_an_error_for_every_command_never_a_fresh_start() {
+    let project = Project::quickstart();
+    project.up(0);
+    std::fs::write(project.file(".vergence/state.db"), b"").unwrap();
+    for command in [&["status"][..], &["events"], &["up"]] {
+        let run = project.vergence(command);
+        assert_ne!(run.code, 0, "{command:?}: {run}");
+        assert!(
+            run.stderr.contains("is empty (0 bytes)"),
+            "{command:?}: {run}"
+        );
+        assert!(!run.stdout.contains("no instances match"), "{run}");
+    }
+    assert_eq!(
+        std::fs::metadata(project.file(".vergence/state.db"))
+            .unwrap()
+            .len(),
+        0,
+        "nothing was re-created over it"
+    );
+}

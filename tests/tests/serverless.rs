@@ -126,7 +126,7 @@ async fn quickstart_converges_through_the_api_scheduler_and_worker() {
     let token = async |scope| {
         vergence_api::create_token(
             h.deployment.store.as_ref(),
-            &"shop".parse().unwrap(),
+            &vergence_model::TokenSubject::Application("shop".parse().unwrap()),
             &[scope],
             None,
             "cli:test",

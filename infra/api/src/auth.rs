@@ -45,13 +45,13 @@ impl Caller {
 
     /// The token must belong to `application`, with any scope.
     pub fn authorize_application(&self, application: &ApplicationName) -> Result<(), ApiError> {
-        if self.token.application == *application {
+        if self.token.application() == Some(application) {
             return Ok(());
         }
         Err(ApiError::Authorize(format!(
-            "token {} belongs to application {}, not {application}",
+            "token {} belongs to {}, not {application}",
             short_id(&self.token.id),
-            self.token.application
+            self.token.subject
         )))
     }
 

@@ -4,7 +4,7 @@
 
 use sha2::{Digest, Sha256};
 use vergence_model::ports::{Clock, StateStore};
-use vergence_model::{ApiToken, ApplicationName, Scope, token_string};
+use vergence_model::{ApiToken, Scope, TokenSubject, token_string};
 
 use crate::ApiError;
 
@@ -12,21 +12,34 @@ const ID_BYTES: usize = 16;
 const SECRET_BYTES: usize = 32;
 const MAX_DESCRIPTION_CHARS: usize = 200;
 
-/// Creates and stores a token for `application`. Returns the stored token
-/// and the full token string, which exists nowhere else: show it once.
+/// Creates and stores a token for `subject`: an application's token needs
+/// scopes; an agent's token takes none (it can do that agent's work and
+/// nothing else). Returns the stored token and the full token string, which
+/// exists nowhere else: show it once.
 pub async fn create_token(
     store: &dyn StateStore,
-    application: &ApplicationName,
+    subject: &TokenSubject,
     scopes: &[Scope],
     description: Option<String>,
     actor: &str,
     clock: &dyn Clock,
 ) -> Result<(ApiToken, String), ApiError> {
-    if scopes.is_empty() {
-        return Err(ApiError::invalid(
-            "scopes",
-            "a token needs at least one scope: release, approve or admin",
-        ));
+    match subject {
+        TokenSubject::Application(_) if scopes.is_empty() => {
+            return Err(ApiError::invalid(
+                "scopes",
+                "a token needs at least one scope: release, approve or admin",
+            ));
+        }
+        TokenSubject::Agent(agent) if !scopes.is_empty() => {
+            return Err(ApiError::invalid(
+                "scopes",
+                format!(
+                    "a token of agent {agent} can only do that agent's work; scopes are for application tokens"
+                ),
+            ));
+        }
+        _ => {}
     }
     let description = description
         .map(|d| d.trim().to_owned())
@@ -47,7 +60,7 @@ pub async fn create_token(
     let secret = random_hex(SECRET_BYTES)?;
     let token = ApiToken {
         id: id.clone(),
-        application: application.clone(),
+        subject: subject.clone(),
         scopes,
         secret_sha256: secret_sha256(&secret),
         description,

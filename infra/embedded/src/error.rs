@@ -9,6 +9,10 @@ pub enum EmbeddedError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "the state file {path} is empty (0 bytes): it was cut short (a crash, a full disk, a bad copy); restore it from a backup, or delete it to start over with no history"
+    )]
+    EmptyState { path: String },
     #[error("cannot open the state store {path}: {source}")]
     Open {
         path: String,
@@ -65,7 +69,9 @@ impl EmbeddedError {
             EmbeddedError::Sql { operation, .. }
             | EmbeddedError::Encode { operation, .. }
             | EmbeddedError::Decode { operation, .. } => operation,
-            EmbeddedError::CreateDir { .. } | EmbeddedError::Open { .. } => "open",
+            EmbeddedError::CreateDir { .. }
+            | EmbeddedError::Open { .. }
+            | EmbeddedError::EmptyState { .. } => "open",
             EmbeddedError::Conflict { .. } | EmbeddedError::Corrupt { .. } => "read",
             EmbeddedError::Artifact { .. } => "artifact",
         }

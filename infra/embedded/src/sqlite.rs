@@ -115,7 +115,15 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`, and its directory.
+    /// An existing file with nothing in it is refused: SQLite would take it
+    /// for a new, empty database, and an emptied state (a crash, a full
+    /// disk, a bad copy) must never pass for a fresh start.
     pub fn open(path: &Path) -> std::result::Result<Self, EmbeddedError> {
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            return Err(EmbeddedError::EmptyState {
+                path: path.display().to_string(),
+            });
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| EmbeddedError::CreateDir {
                 path: dir.display().to_string(),

@@ -1,9 +1,10 @@
 //! Files handed between jobs: input artifacts fetched from the artifact
 //! store into a job's `VERGENCE_INPUT_DIR` before it starts, and the outputs
 //! it declares read back from its `VERGENCE_OUTPUT_DIR` and kept in the
-//! store after it ends.
+//! store after it ends. In a container both directories are mounted.
 
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
@@ -13,24 +14,66 @@ use vergence_model::{Artifact, JobId};
 /// Largest output kept: a plan, not a build artifact.
 pub(crate) const MAX_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;
 
-/// A fresh, private directory, removed when the returned value is dropped.
-pub(crate) fn temp_dir(prefix: &str) -> Result<TempDir, String> {
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .map_err(|e| format!("cannot create a temporary directory: {e}"))
+/// A job's files: a fresh private directory, removed when this is dropped,
+/// holding the directory the job writes its outputs to and, when it has
+/// any, the one its inputs are in.
+pub(crate) struct JobFiles {
+    _root: TempDir,
+    pub(crate) output: PathBuf,
+    pub(crate) input: Option<PathBuf>,
 }
 
-/// Writes each input into a new directory as a file named after it; `None`
-/// when there are no inputs.
-pub(crate) async fn write_inputs(
+impl JobFiles {
+    /// Creates the directories and writes the inputs. With `for_container`
+    /// the input directory exists even without inputs, and both are open to
+    /// every user: a container may run as any user, and the private
+    /// directory around them still keeps other users of this machine out.
+    pub(crate) async fn create(
+        inputs: &[Artifact],
+        store: &dyn ArtifactStore,
+        for_container: bool,
+    ) -> Result<Self, String> {
+        let root = tempfile::Builder::new()
+            .prefix("vergence-job-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        let output = root.path().join("output");
+        create_dir(&output, for_container.then_some(0o777)).await?;
+        let input = if inputs.is_empty() && !for_container {
+            None
+        } else {
+            let input = root.path().join("input");
+            create_dir(&input, for_container.then_some(0o755)).await?;
+            write_inputs(&input, inputs, store).await?;
+            Some(input)
+        };
+        Ok(Self {
+            _root: root,
+            output,
+            input,
+        })
+    }
+}
+
+async fn create_dir(path: &Path, mode: Option<u32>) -> Result<(), String> {
+    tokio::fs::create_dir(path)
+        .await
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    if let Some(mode) = mode {
+        // Set after creating: the umask would narrow a mode given at creation.
+        tokio::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .await
+            .map_err(|e| format!("cannot open {} to the container: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes each input into `dir` as a file named after it.
+async fn write_inputs(
+    dir: &Path,
     inputs: &[Artifact],
     store: &dyn ArtifactStore,
-) -> Result<Option<TempDir>, String> {
-    if inputs.is_empty() {
-        return Ok(None);
-    }
-    let dir = temp_dir("vergence-input-")?;
+) -> Result<(), String> {
     for input in inputs {
         check_file_name(&input.name).map_err(|why| format!("input artifact {why}"))?;
         let content = store
@@ -50,12 +93,12 @@ pub(crate) async fn write_inputs(
                 input.name
             ));
         }
-        let path = dir.path().join(&input.name);
+        let path = dir.join(&input.name);
         tokio::fs::write(&path, content)
             .await
             .map_err(|e| format!("cannot write input artifact {}: {e}", input.name))?;
     }
-    Ok(Some(dir))
+    Ok(())
 }
 
 /// Reads the declared outputs present in `dir` and keeps them in the

@@ -36,8 +36,9 @@ impl ProcessGroup {
         Self { pgid, armed: true }
     }
 
-    /// The job ended on its own: whatever it left running in the background
-    /// is its business (a `nohup server &`, say), so nothing is killed.
+    /// The job ended on its own (or was ended): whatever it left running in
+    /// the background is its business (a `nohup server &`, say), so nothing
+    /// more is killed.
     pub(crate) fn release(&mut self) {
         self.armed = false;
     }
@@ -48,12 +49,10 @@ impl ProcessGroup {
         self.armed = false;
     }
 
-    /// Ends the group after a timeout: SIGTERM to every member, up to
-    /// [`TERM_GRACE`] for them all to exit, then SIGKILL. Returns whether
-    /// SIGKILL was needed.
-    pub(crate) async fn terminate(&mut self, child: &mut Child) -> bool {
-        self.signal(Signal::SIGTERM);
-        let exited = tokio::time::timeout(TERM_GRACE, async {
+    /// Waits up to `within` for the child to exit and every other member of
+    /// the group with it; returns whether they all did.
+    pub(crate) async fn wait_gone(&self, child: &mut Child, within: Duration) -> bool {
+        tokio::time::timeout(within, async {
             if let Err(e) = child.wait().await {
                 tracing::debug!(error = %e, "waiting for a terminated job failed");
             }
@@ -62,18 +61,18 @@ impl ProcessGroup {
             }
         })
         .await
-        .is_ok();
-        if !exited {
-            self.signal(Signal::SIGKILL);
-            // Bounded: a process stuck in the kernel may ignore even SIGKILL
-            // for a while, and the job's result must still be reported.
-            let _reaped = tokio::time::timeout(TERM_GRACE, child.wait()).await;
-        }
-        self.armed = false;
-        !exited
+        .is_ok()
     }
 
-    fn signal(&self, signal: Signal) {
+    /// Kills the group and reaps the child. Bounded: a process stuck in the
+    /// kernel may ignore even SIGKILL for a while, and the job's result must
+    /// still be reported.
+    pub(crate) async fn kill_and_reap(&mut self, child: &mut Child) {
+        self.kill();
+        let _reaped = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+    }
+
+    pub(crate) fn signal(&self, signal: Signal) {
         let Some(pgid) = self.pgid else {
             return;
         };

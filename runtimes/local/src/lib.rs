@@ -1,29 +1,48 @@
 //! The local runner: runs Vergence jobs (`fetch`, `apply`, `getInfo`) as
-//! processes on this machine, either in background tasks (the CLI's own
-//! engine) or inline (inside a Lambda worker), and reports their results to
-//! a [`JobResultSink`].
+//! processes on this machine — or, when their program names an image, in
+//! containers through docker or podman — either in background tasks (the
+//! CLI's own engine) or inline (inside a Lambda worker), and reports their
+//! results to a [`JobResultSink`]. It knows which jobs it has in hand, so
+//! it can say they are running and stop them.
 
 mod artifacts;
 mod capture;
+mod container;
+mod engine;
 mod group;
+mod prepare;
 mod process;
+mod running;
 
+use std::ffi::OsString;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 use tokio::sync::Semaphore;
-use vergence_model::ports::{ArtifactStore, JobResultSink, Runner};
+use vergence_model::ports::{ArtifactStore, JobProgress, JobResultSink, Runner};
 use vergence_model::{Error, Result};
-use vergence_model::{JobHandle, JobRecord, JobResult, RunnerSpec};
+use vergence_model::{JobHandle, JobOutcome, JobRecord, JobResult, RunnerSpec};
 
+pub use engine::{ContainerEngine, UnknownContainerEngine};
 pub use process::run_job;
+
+use engine::EngineLookup;
+use running::{Registration, RunningJobs};
+
+/// How long [`Runner::stop`] waits for a job to end: SIGTERM's grace, then
+/// SIGKILL's, and the reading of what it wrote.
+const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// A [`Runner`] for jobs whose spec says [`RunnerSpec::Local`].
 pub struct LocalRunner {
     sink: Arc<dyn JobResultSink>,
     artifacts: Arc<dyn ArtifactStore>,
     mode: Mode,
+    engines: Arc<EngineLookup>,
+    running: Arc<RunningJobs>,
 }
 
 enum Mode {
@@ -44,22 +63,46 @@ impl LocalRunner {
         max_concurrent: usize,
     ) -> Self {
         let permits = max_concurrent.clamp(1, Semaphore::MAX_PERMITS);
-        Self {
+        Self::with_mode(
             sink,
             artifacts,
-            mode: Mode::Background(Arc::new(Semaphore::new(permits))),
-        }
+            Mode::Background(Arc::new(Semaphore::new(permits))),
+        )
     }
 
     /// Jobs run inside `dispatch`, which returns once the result was handed
     /// to `sink`. For a Lambda worker, which must not return before its work
     /// is done.
     pub fn inline(sink: Arc<dyn JobResultSink>, artifacts: Arc<dyn ArtifactStore>) -> Self {
+        Self::with_mode(sink, artifacts, Mode::Inline)
+    }
+
+    fn with_mode(
+        sink: Arc<dyn JobResultSink>,
+        artifacts: Arc<dyn ArtifactStore>,
+        mode: Mode,
+    ) -> Self {
         Self {
             sink,
             artifacts,
-            mode: Mode::Inline,
+            mode,
+            engines: Arc::default(),
+            running: Arc::default(),
         }
+    }
+
+    /// Runs jobs whose program has an image with `engine` (by default the
+    /// first of docker and podman on PATH).
+    pub fn with_container_engine(mut self, engine: ContainerEngine) -> Self {
+        Arc::make_mut(&mut self.engines).engine = engine;
+        self
+    }
+
+    /// Looks the container engine up in `path`, a list of directories as
+    /// PATH writes it, instead of this process's PATH.
+    pub fn with_engine_search_path(mut self, path: impl Into<OsString>) -> Self {
+        Arc::make_mut(&mut self.engines).search_path = Some(path.into());
+        self
     }
 }
 
@@ -74,6 +117,7 @@ impl fmt::Debug for LocalRunner {
         };
         f.debug_struct("LocalRunner")
             .field("mode", &mode)
+            .field("container_engine", &self.engines.engine)
             .finish_non_exhaustive()
     }
 }
@@ -90,27 +134,82 @@ impl Runner for LocalRunner {
                 ),
             });
         }
+        let Some(mut registration) = self.running.register(&job.id) else {
+            // A redelivered dispatch: the job is already in hand.
+            tracing::debug!(job = %job.id, "local job already running; adopted");
+            return Ok(None);
+        };
         match &self.mode {
             Mode::Inline => {
-                let result = run_job(job, self.artifacts.as_ref()).await;
+                let result = process::execute(
+                    job,
+                    self.artifacts.as_ref(),
+                    &self.engines,
+                    &mut registration.stop,
+                )
+                .await;
                 deliver(self.sink.as_ref(), job, result).await;
             }
             Mode::Background(semaphore) => {
                 let semaphore = Arc::clone(semaphore);
                 let sink = Arc::clone(&self.sink);
                 let artifacts = Arc::clone(&self.artifacts);
+                let engines = Arc::clone(&self.engines);
                 let job = job.clone();
                 tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
                 tokio::spawn(async move {
-                    // The semaphore is never closed, so acquiring cannot fail;
-                    // were it to, running without a permit beats losing the job.
-                    let _permit = semaphore.acquire_owned().await.ok();
-                    let result = run_job(&job, artifacts.as_ref()).await;
+                    let result = match wait_turn(semaphore, &mut registration).await {
+                        Ok(_permit) => {
+                            let stop = &mut registration.stop;
+                            process::execute(&job, artifacts.as_ref(), &engines, stop).await
+                        }
+                        Err(stopped) => stopped,
+                    };
                     deliver(sink.as_ref(), &job, result).await;
+                    // Only now: until the result is recorded, the job runs.
+                    drop(registration);
                 });
             }
         }
         Ok(None)
+    }
+
+    /// `Running` for a job this runner has in hand (queued or running);
+    /// `Unknown` otherwise: its result was delivered, or it ran in another
+    /// process.
+    async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
+        Ok(if self.running.contains(&job.id) {
+            JobProgress::Running
+        } else {
+            JobProgress::Unknown
+        })
+    }
+
+    /// Ends the job (SIGTERM, then SIGKILL after a grace period; `docker
+    /// kill` for a container) and waits, within bounds, until its result —
+    /// [`JobOutcome::Stopped`] with `reason` — was delivered. A job this
+    /// runner does not have in hand is left alone.
+    async fn stop(&self, job: &JobRecord, reason: &str) -> Result<()> {
+        if !self.running.stop(&job.id, reason, STOP_WAIT).await {
+            tracing::debug!(job = %job.id, "asked to stop a job that is not running here");
+        }
+        Ok(())
+    }
+}
+
+/// Waits for a permit to run; a job stopped while it waits never starts.
+async fn wait_turn(
+    semaphore: Arc<Semaphore>,
+    registration: &mut Registration,
+) -> std::result::Result<Option<tokio::sync::OwnedSemaphorePermit>, JobResult> {
+    tokio::select! {
+        // The semaphore is never closed, so acquiring cannot fail; were it
+        // to, running without a permit beats losing the job.
+        permit = semaphore.acquire_owned() => Ok(permit.ok()),
+        reason = registration.stop.requested() => Err(JobResult::without_output(
+            JobOutcome::Stopped { reason },
+            Timestamp::now(),
+        )),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `LocalRunner` as the engine uses it: results reach the sink, the
-//! concurrency limit holds, and jobs for other runners are refused.
+//! concurrency limit holds, jobs for other runners are refused, and jobs
+//! in hand are polled, stopped and adopted.
 
 // Helpers outside #[test] functions unwrap too; a panic is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,10 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CollectingSink, artifacts, job, read, script};
+use common::{CollectingSink, artifacts, job, read, running_in_group, script, wait_for_file};
 use vergence_model::Error;
-use vergence_model::ports::Runner;
-use vergence_model::{JobId, JobRecord, KubernetesRunnerSpec, RunnerSpec};
+use vergence_model::ports::{JobProgress, Runner};
+use vergence_model::{JobId, JobOutcome, JobRecord, KubernetesRunnerSpec, RunnerSpec};
 use vergence_runner_local::LocalRunner;
 
 /// Records when it starts and ends (ns since the epoch) in files named after
@@ -146,4 +147,83 @@ async fn jobs_for_other_runners_are_refused_without_running() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(sink.count(), 0);
     assert!(!root.path().join("ran").exists());
+}
+
+fn stopped(reason: &str) -> JobOutcome {
+    JobOutcome::Stopped {
+        reason: reason.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_is_polled_as_running_and_stopped_with_its_whole_group() {
+    let root = tempfile::tempdir().unwrap();
+    script(
+        root.path(),
+        "hang.sh",
+        "echo $$ > leader\nsleep 1000 &\necho started\nsleep 1000",
+    );
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 2);
+    let job = job(root.path(), &["./hang.sh"]);
+    assert_eq!(runner.poll(&job).await.unwrap(), JobProgress::Unknown);
+
+    runner.dispatch(&job).await.unwrap();
+    wait_for_file(&root.path().join("leader"), Duration::from_secs(10)).await;
+    assert_eq!(runner.poll(&job).await.unwrap(), JobProgress::Running);
+    runner.stop(&job, "superseded by v43").await.unwrap();
+
+    // `stop` returns once the result was delivered.
+    let results = sink.results.lock().unwrap().clone();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].1.outcome, stopped("superseded by v43"));
+    assert_eq!(results[0].1.stdout, "started\n");
+    let leader = read(root.path().join("leader")).trim().parse().unwrap();
+    assert_eq!(running_in_group(leader), Vec::<i32>::new());
+    assert_eq!(runner.poll(&job).await.unwrap(), JobProgress::Unknown);
+    // Stopping again, or a job never seen, does nothing.
+    runner.stop(&job, "again").await.unwrap();
+    assert_eq!(sink.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stopped_while_it_waits_for_its_turn_never_starts() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "first.sh", "touch first\nsleep 1000");
+    script(root.path(), "second.sh", "touch second");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 1);
+    let first = job(root.path(), &["./first.sh"]);
+    let mut second = job(root.path(), &["./second.sh"]);
+    second.id = JobId("job-2".into());
+
+    runner.dispatch(&first).await.unwrap();
+    runner.dispatch(&second).await.unwrap();
+    wait_for_file(&root.path().join("first"), Duration::from_secs(10)).await;
+    assert_eq!(runner.poll(&second).await.unwrap(), JobProgress::Running);
+    runner.stop(&second, "rolled back").await.unwrap();
+    runner.stop(&first, "rolled back").await.unwrap();
+
+    let results = sink.wait_for(2, Duration::from_secs(1)).await;
+    assert_eq!(results[0].0, JobId("job-2".into()));
+    assert_eq!(results[0].1.outcome, stopped("rolled back"));
+    assert_eq!(results[1].1.outcome, stopped("rolled back"));
+    assert!(!root.path().join("second").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatching_a_job_already_in_hand_adopts_it() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "count.sh", "echo run >> runs\nsleep 0.5");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 2);
+    let job = job(root.path(), &["./count.sh"]);
+
+    runner.dispatch(&job).await.unwrap();
+    runner.dispatch(&job).await.unwrap();
+    sink.wait_for(1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    assert_eq!(sink.count(), 1);
+    assert_eq!(read(root.path().join("runs")), "run\n");
 }

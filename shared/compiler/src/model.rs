@@ -11,7 +11,7 @@ use super::template::Template;
 use vergence_model::error::{Error, Result};
 use vergence_model::{
     ApplicationName, DriftPolicy, FetchMode, InstanceKey, Lifecycle, ParamValue, Precondition,
-    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RuntimeName, SecretRef,
+    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RunnerUse, RuntimeName, SecretRef,
     ServiceName, TimeWindows,
 };
 
@@ -24,6 +24,8 @@ pub struct ConfigModel {
     pub applications: BTreeMap<ApplicationName, Application>,
     pub runtimes: BTreeMap<RuntimeName, Runtime>,
     pub protections: BTreeMap<ProtectionName, Protection>,
+    /// Every runner the config names, with where, in file and line order.
+    pub runner_uses: Vec<RunnerUse>,
 }
 
 impl ConfigModel {
@@ -174,6 +176,18 @@ pub struct ReleaseChannel {
     pub downstream: Vec<ReleaseChannelName>,
     pub protections: Vec<ProtectionUse>,
     pub windows: TimeWindows,
+    /// The runner of each runtime whose runner this channel overrides: the
+    /// runtime's own with the channel's settings merged over it.
+    pub runner_overrides: BTreeMap<RuntimeName, RunnerSpec>,
+}
+
+impl ReleaseChannel {
+    /// The runner `runtime`'s jobs run on in this channel.
+    pub fn runner_of<'r>(&'r self, runtime: &'r Runtime) -> &'r RunnerSpec {
+        self.runner_overrides
+            .get(&runtime.name)
+            .unwrap_or(&runtime.runner)
+    }
 }
 
 /// The kind of a declared parameter.
@@ -204,10 +218,10 @@ pub struct ParamDecl {
     pub default: Option<ParamValue>,
 }
 
-/// A command, image and environment whose strings are templates.
+/// A command, image and environment whose strings are templates. Its
+/// runner is its runtime's (per release channel) or its protection's.
 #[derive(Clone, Debug)]
 pub struct JobTemplate {
-    pub runner: RunnerSpec,
     pub image: Option<Template>,
     pub cmd: Vec<Template>,
     pub env: BTreeMap<String, Template>,
@@ -219,6 +233,8 @@ pub struct JobTemplate {
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub name: RuntimeName,
+    /// Where its jobs run, unless a release channel overrides it.
+    pub runner: RunnerSpec,
     pub params: Vec<ParamDecl>,
     pub apply: JobTemplate,
     pub retryable_exit_codes: Vec<i32>,
@@ -271,7 +287,12 @@ pub struct Protection {
 
 #[derive(Clone, Debug)]
 pub enum ProtectionTemplate {
-    Job(Box<JobTemplate>),
+    /// A check job, run on the protection's own runner wherever the
+    /// protection is attached.
+    Job {
+        job: Box<JobTemplate>,
+        runner: RunnerSpec,
+    },
     Alert(String),
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use vergence_model::ports::{CompiledConfig, Compiler};
 use vergence_model::{
     ApplicationName, ConfigBundle, Desired, Error, InstanceKey, ParamValue, Release,
-    ReleaseChannelName, Result, ServiceName,
+    ReleaseChannelName, Result, RunnerUse, ServiceName,
 };
 
 use crate::model::ConfigModel;
@@ -75,6 +75,10 @@ impl CompiledConfig for ConfigModel {
         params: &BTreeMap<String, ParamValue>,
     ) -> Result<String> {
         ConfigModel::fingerprint(self, application, service, params)
+    }
+
+    fn runner_uses(&self) -> Vec<RunnerUse> {
+        self.runner_uses.clone()
     }
 
     fn compile_service(

@@ -17,7 +17,7 @@ use vergence_model::{
     GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition, ProtectionCheck,
     Release, ReleaseChannelName, ServiceName,
 };
-use vergence_model::{SecretRef, Version};
+use vergence_model::{RunnerSpec, SecretRef, Version};
 
 /// Characters of the config hash used in derived versions.
 const VERSION_HASH_LEN: usize = 10;
@@ -160,7 +160,7 @@ impl ConfigModel {
                 ProtectionTemplate::Alert(alert) => ProtectionCheck::Alert {
                     alert: alert.clone(),
                 },
-                ProtectionTemplate::Job(job) => {
+                ProtectionTemplate::Job { job, runner } => {
                     let mut values = BTreeMap::new();
                     for decl in &protection.params {
                         let value = match usage.values.get(&decl.name) {
@@ -177,7 +177,7 @@ impl ConfigModel {
                         params: &values,
                         ..attachment_scope
                     };
-                    let job = render_job(job, &scope, &BTreeMap::new(), &BTreeMap::new())?;
+                    let job = render_job(job, runner, &scope, &BTreeMap::new(), &BTreeMap::new())?;
                     ProtectionCheck::Job { job: Box::new(job) }
                 }
             };
@@ -245,7 +245,9 @@ impl ConfigModel {
             extra_env.insert(name.clone(), t.render(|r| service_scope.resolve(r))?);
         }
         let secrets = &runtime_values.secrets;
-        let render = |job: &JobTemplate| render_job(job, &runtime_scope, secrets, &extra_env);
+        let runner = channel.runner_of(runtime);
+        let render =
+            |job: &JobTemplate| render_job(job, runner, &runtime_scope, secrets, &extra_env);
         Ok(InstanceJobs {
             runtime: runtime.name.clone(),
             apply: render(&runtime.apply)?,
@@ -362,11 +364,12 @@ struct InstanceJobs {
     get_info: Option<JobSpec>,
 }
 
-/// Renders one job template: templates filled from `scope`, secret
-/// parameters passed by reference (never rendered into the spec), and the
-/// service's own `env` on top of the template's.
+/// Renders one job template to run on `runner`: templates filled from
+/// `scope`, secret parameters passed by reference (never rendered into the
+/// spec), and the service's own `env` on top of the template's.
 fn render_job(
     job: &JobTemplate,
+    runner: &RunnerSpec,
     scope: &Scope<'_>,
     secrets: &BTreeMap<&str, SecretRef>,
     extra_env: &BTreeMap<String, String>,
@@ -386,7 +389,7 @@ fn render_job(
     // The service's environment is more specific than the runtime's.
     env.extend(extra_env.clone());
     Ok(JobSpec {
-        runner: job.runner.clone(),
+        runner: runner.clone(),
         image: job
             .image
             .as_ref()

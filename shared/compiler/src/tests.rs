@@ -1,5 +1,5 @@
 //! Compiler tests: the seed fixtures, every kind of config error, template
-//! rendering and versions.
+//! rendering and versions; runners and their overrides in `runners`.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +8,8 @@ use jiff::Timestamp;
 use super::*;
 use vergence_model::ConfigBundle;
 use vergence_model::*;
+
+mod runners;
 
 pub(crate) const SEED: &str = r#"runtime:
   name: my-custom-runtime

@@ -402,3 +402,253 @@ fn a_service_needs_an_application_to_exist() {
         &["svc.yaml:1: service: service 'web' needs an application, and the config defines none"],
     );
 }
+
+const RUNNERS: &str = r#"runtime:
+  name: jobs-ecs
+  runner:
+    ecs:
+      clustr: jobs
+      region: eu-west
+      subnets: [subnet-0a1b, subnet-xyz]
+      securityGroups: [sg-1, vpc-2]
+      assignPublicIp: true
+      taskRoleArn: "arn:aws:iam::123456789012:user/jobs"
+      executionRoleArn: jobs-role
+      cpu: 1 vCPU
+      memory: 2GB
+      logGroup: "bad group"
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: jobs-fargate-size
+  runner: {ecs: {cluster: jobs, subnets: [], cpu: 256, memory: 4096}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: jobs-run
+  runner:
+    cloudRun: {project: My Project, region: europe-west1-b, serviceAccount: jobs, cpu: "3", memory: 16Gi}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: jobs-run-small
+  runner: {cloudRun: {memory: 8Gi}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: jobs-k8s
+  runner: {kubernetes: {namespace: Jobs, serviceAccount: "-sa"}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: local-settings
+  runner: {local: {image: x}}
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+protection:
+  name: alert-with-runner
+  alert: pager
+  runner: local
+"#;
+
+#[test]
+fn every_runner_error_names_its_field() {
+    assert_errors(
+        &[("runners.yaml", RUNNERS)],
+        &[
+            "runners.yaml:4: runtime.runner.ecs.cluster: the ecs runner needs cluster: the name or ARN of the ECS cluster that runs the jobs",
+            "runners.yaml:5: runtime.runner.ecs.clustr: unknown key 'clustr'; did you mean 'cluster'?",
+            "runners.yaml:6: runtime.runner.ecs.region: region \"eu-west\" is not an AWS region: write one like eu-west-1 or us-east-1",
+            "runners.yaml:7: runtime.runner.ecs.subnets[1]: \"subnet-xyz\" is not a subnet id: write one like subnet-0123456789abcdef0",
+            "runners.yaml:8: runtime.runner.ecs.securityGroups[1]: \"vpc-2\" is not a security group id: write one like sg-0123456789abcdef0",
+            "runners.yaml:10: runtime.runner.ecs.taskRoleArn: taskRoleArn \"arn:aws:iam::123456789012:user/jobs\" is not an IAM role ARN: write arn:aws:iam::ACCOUNT:role/NAME",
+            "runners.yaml:11: runtime.runner.ecs.executionRoleArn: executionRoleArn \"jobs-role\" is not an IAM role ARN: write arn:aws:iam::ACCOUNT:role/NAME",
+            "runners.yaml:12: runtime.runner.ecs.cpu: cpu \"1 vCPU\" is not a Fargate CPU size: write CPU units, one of 256 (¼ vCPU), 512, 1024 (1 vCPU), 2048, 4096, 8192 or 16384",
+            "runners.yaml:13: runtime.runner.ecs.memory: memory \"2GB\" is not a size in MiB: write a number such as 512, 2048 or 8192",
+            "runners.yaml:14: runtime.runner.ecs.logGroup: logGroup \"bad group\" is not a CloudWatch Logs group name: use letters, digits and _ - / . #, at most 512 characters",
+            "runners.yaml:15: runtime.apply.taskConfig.program.image: the ecs runner runs a container: set image",
+            "runners.yaml:19: runtime.runner.ecs.memory: Fargate has no task size with cpu 256 and memory 4096: cpu 256 (¼ vCPU) takes memory 512, 1024 or 2048 (MiB)",
+            "runners.yaml:19: runtime.runner.ecs.subnets: subnets is empty: an ECS task on Fargate gets its network interface (awsvpc) in one of these subnets; list at least one",
+            "runners.yaml:25: runtime.runner.cloudRun.cpu: cpu \"3\" is not a Cloud Run CPU limit: write 1, 2, 4, 6 or 8, or a fraction from 0.08 to 1 such as 0.5",
+            "runners.yaml:25: runtime.runner.cloudRun.project: project \"My Project\" is not a Google Cloud project id: 6 to 30 lowercase letters, digits and '-', starting with a letter (the id, not the display name)",
+            "runners.yaml:25: runtime.runner.cloudRun.region: region \"europe-west1-b\" is not a Cloud Run region: write one like europe-west1 or us-central1 (a region, not a zone)",
+            "runners.yaml:25: runtime.runner.cloudRun.serviceAccount: serviceAccount \"jobs\" is not a service account email: write one like jobs@my-project.iam.gserviceaccount.com",
+            "runners.yaml:30: runtime.runner.cloudRun.memory: Cloud Run gives memory 8Gi only with at least 2 CPU; cpu is 1 (the default)",
+            "runners.yaml:30: runtime.runner.cloudRun.project: the cloudRun runner needs project: the id of the Google Cloud project the jobs run in",
+            "runners.yaml:30: runtime.runner.cloudRun.region: the cloudRun runner needs region: the region the jobs run in, like europe-west1",
+            "runners.yaml:35: runtime.runner.kubernetes.agent: the kubernetes runner needs agent: the name of the vergence-agent that runs the jobs in the cluster",
+            "runners.yaml:35: runtime.runner.kubernetes.namespace: namespace \"Jobs\" is not a Kubernetes name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            "runners.yaml:35: runtime.runner.kubernetes.serviceAccount: serviceAccount \"-sa\" is not a Kubernetes name: at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+            "runners.yaml:40: runtime.runner.local.image: unknown key 'image'; this mapping takes no keys",
+            "runners.yaml:46: protection.runner: an alert protection runs no job, so it has no runner; remove runner (or give a taskConfig instead of alert)",
+        ],
+    );
+}
+
+/// Errors that stop the reading of their document: one per document.
+const RUNNER_FORMS: &str = r#"runtime:
+  name: docker
+  runner: docker
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: ecs-scalar
+  runner: ecs
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: ecss
+  runner: {ecss: {cluster: x}}
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: two
+  runner: {local: {}, ecs: {cluster: x}}
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: empty
+  runner: {}
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: number
+  runner: 3
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+"#;
+
+#[test]
+fn a_runner_is_local_or_a_mapping_of_one_kind() {
+    assert_errors(
+        &[("forms.yaml", RUNNER_FORMS)],
+        &[
+            "forms.yaml:3: runtime.runner: unknown runner 'docker'; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
+            "forms.yaml:8: runtime.runner: the ecs runner needs its settings: write `runner: {ecs: {cluster: NAME, subnets: [subnet-…]}}`",
+            "forms.yaml:13: runtime.runner.ecss: unknown runner 'ecss' (did you mean 'ecs'?); write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
+            "forms.yaml:18: runtime.runner: a runner is exactly one of local, ecs, cloudRun or kubernetes; found local and ecs",
+            "forms.yaml:23: runtime.runner: the runner mapping is empty; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
+            "forms.yaml:28: runtime.runner: expected a runner: `local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, found integer `3`",
+        ],
+    );
+}
+
+const OVERRIDE_RUNTIMES: &str = r#"runtime:
+  name: jobs
+  runner:
+    ecs: {cluster: jobs, subnets: [subnet-0a], cpu: 1024, memory: 8192}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+---
+runtime:
+  name: plain
+  apply: {taskConfig: {program: {cmd: [./apply]}}}
+---
+runtime:
+  name: on-k8s
+  runner: {kubernetes: {agent: prod}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply]}}}
+"#;
+
+const OVERRIDE_APP: &str = r#"application:
+  name: shop
+  releaseChannels:
+    - name: staging
+      runtimes:
+        - runtime: jobs
+          runner: {ecs: {subnets: [], cpu: 256}}
+        - runtime: plain
+          runner: {ecs: {cluster: jobs, subnets: [subnet-0a]}}
+    - name: prod
+      runtimes:
+        - runtime: jobs
+          runner: {cloudRun: {project: my-project}}
+        - runtime: on-k8s
+          runner: {kubernetes: {namespace: Prod}}
+        - runtime: on-k8s
+        - runtime: plain
+          runner: {local: {}}
+"#;
+
+#[test]
+fn every_runner_override_error_names_its_field() {
+    assert_errors(
+        &[("rt.yaml", OVERRIDE_RUNTIMES), ("app.yaml", OVERRIDE_APP)],
+        &[
+            "app.yaml:7: application.releaseChannels[0].runtimes[0].runner.ecs.cpu: Fargate has no task size with cpu 256 and memory 8192: cpu 256 (¼ vCPU) takes memory 512, 1024 or 2048 (MiB)",
+            "app.yaml:7: application.releaseChannels[0].runtimes[0].runner.ecs.subnets: subnets is empty: an ECS task on Fargate gets its network interface (awsvpc) in one of these subnets; list at least one",
+            "app.yaml:9: application.releaseChannels[0].runtimes[1].runner.ecs: runtime plain runs on the local runner (the default); a release channel can change that runner's settings, not switch it to ecs: set the runner on the runtime, or define another runtime for this channel",
+            "app.yaml:13: application.releaseChannels[1].runtimes[0].runner.cloudRun: runtime jobs runs on the ecs runner (rt.yaml:3: runtime.runner); a release channel can change that runner's settings, not switch it to cloudRun: set the runner on the runtime, or define another runtime for this channel",
+            "app.yaml:15: application.releaseChannels[1].runtimes[1].runner.kubernetes.namespace: namespace \"Prod\" is not a Kubernetes name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+            "app.yaml:16: application.releaseChannels[1].runtimes[2].runtime: runtime 'on-k8s' is listed twice in release channel 'prod' with a runner override; list it once",
+        ],
+    );
+}
+
+const SECRET_RUNTIMES: &str = r#"runtime:
+  name: on-ecs
+  runner: {ecs: {cluster: jobs, subnets: [subnet-0a]}}
+  apply: {taskConfig: {program: {image: img, cmd: [./apply], env: {A: "{{.Params.a}}", B: "{{.Params.b}}", C: "{{.Params.c}}", D: "{{.Params.d}}"}}}}
+  parameters:
+    - {name: a, secret: {}}
+    - {name: b, secret: {}}
+    - {name: c, secret: {}}
+    - {name: d, secret: {}}
+---
+runtime:
+  name: local-rt
+  apply: {taskConfig: {program: {cmd: [./apply], env: {A: "{{.Params.a}}", B: "{{.Params.b}}", C: "{{.Params.c}}", D: "{{.Params.d}}", E: "{{.Params.e}}"}}}}
+  parameters:
+    - {name: a, secret: {}}
+    - {name: b, secret: {}}
+    - {name: c, secret: {}}
+    - {name: d, secret: {}}
+    - {name: e, secret: {}}
+---
+application:
+  name: shop
+  releaseChannels:
+    - {name: staging, runtimes: [{runtime: on-ecs}, {runtime: local-rt}]}
+"#;
+
+const SECRET_SERVICES: &str = r#"service:
+  name: on-ecs
+  runtime: on-ecs
+  custom:
+    parameterValues:
+      - {name: a, secret: {fromEnv: TOKEN}}
+      - {name: b, secret: {gcpSecretManager: projects/p/secrets/s/versions/1}}
+      - {name: c, secret: {awsSecretsManager: db-password}}
+      - {name: d, secret: {awsSsmParameter: /prod/db, fromEnv: X}}
+---
+service:
+  name: on-local
+  runtime: local-rt
+  custom:
+    parameterValues:
+      - {name: a, secret: {awsSsmParameter: /prod/db}}
+      - {name: b, secret: {}}
+      - {name: c, secret: {kubernetesSecret: {name: db}}}
+      - {name: d, secret: {gcpSecretManager: projects/p/secrets/s}}
+      - {name: e, secret: {fromEnv: 1X, fromENV: Y}}
+"#;
+
+#[test]
+fn every_secret_source_error_names_its_field() {
+    assert_errors(
+        &[
+            ("rt.yaml", SECRET_RUNTIMES),
+            ("services.yaml", SECRET_SERVICES),
+        ],
+        &[
+            "services.yaml:6: service.custom.parameterValues[0].secret.fromEnv: runtime on-ecs runs its jobs on the ecs runner, which does not read fromEnv secrets (fromEnv is the environment of the local runner, and passing it on would put the secret in the job's plain environment); give a source the ecs runner reads: awsSecretsManager or awsSsmParameter",
+            "services.yaml:7: service.custom.parameterValues[1].secret.gcpSecretManager: runtime on-ecs runs its jobs on the ecs runner, which does not read gcpSecretManager secrets (the cloudRun runner does); give a source the ecs runner reads: awsSecretsManager or awsSsmParameter",
+            "services.yaml:8: service.custom.parameterValues[2].secret.awsSecretsManager: \"db-password\" is not a Secrets Manager secret ARN: write arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME",
+            "services.yaml:9: service.custom.parameterValues[3].secret: a secret has exactly one source; found fromEnv and awsSsmParameter: keep one",
+            "services.yaml:16: service.custom.parameterValues[0].secret.awsSsmParameter: runtime local-rt runs its jobs on the local runner, which does not read awsSsmParameter secrets (the ecs runner does); give a source the local runner reads: fromEnv",
+            "services.yaml:17: service.custom.parameterValues[1].secret: give the secret a source: one of fromEnv: VARIABLE, awsSecretsManager: ARN, awsSsmParameter: NAME, gcpSecretManager: projects/P/secrets/S/versions/V, kubernetesSecret: {name, key}",
+            "services.yaml:18: service.custom.parameterValues[2].secret.kubernetesSecret.key: kubernetesSecret needs key: the key of the Secret's data that holds the value",
+            "services.yaml:19: service.custom.parameterValues[3].secret.gcpSecretManager: \"projects/p/secrets/s\" is not a Secret Manager version: write projects/PROJECT/secrets/NAME/versions/VERSION (a number, or latest)",
+            "services.yaml:20: service.custom.parameterValues[4].secret.fromENV: unknown key 'fromENV'; did you mean 'fromEnv'?",
+            "services.yaml:20: service.custom.parameterValues[4].secret.fromEnv: \"1X\" is not a valid environment variable name",
+        ],
+    );
+}

@@ -84,6 +84,44 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
+/// A place in the user's config: a file, a line and a field path, shown as
+/// `FILE:LINE: PATH` like the start of a [`ConfigError`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigLocation {
+    /// Path of the file relative to the config directory.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// Field path inside the document, e.g. `runtime.runner`.
+    pub path: String,
+}
+
+impl ConfigLocation {
+    /// A message about this place, displayed as `FILE:LINE: PATH: MESSAGE`.
+    pub fn error(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line: self.line,
+            path: self.path.clone(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        Ok(())
+    }
+}
+
 /// Where each field of one document is, so errors found after parsing (by
 /// the compiler) can still name a line.
 #[derive(Clone, Debug, Default)]
@@ -120,12 +158,17 @@ pub struct Source {
 
 impl Source {
     pub fn error(&self, path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        self.location(path).error(message)
+    }
+
+    /// The place of `path` in this document, with the line of the path or
+    /// of its closest written parent.
+    pub fn location(&self, path: impl Into<String>) -> ConfigLocation {
         let path = path.into();
-        ConfigError {
+        ConfigLocation {
             file: self.file.clone(),
             line: self.positions.line_of(&path),
             path,
-            message: message.into(),
         }
     }
 }
@@ -174,5 +217,22 @@ mod tests {
             message: "boom".into(),
         };
         assert_eq!(error.to_string(), "runtime.yaml:7: runtime.apply: boom");
+    }
+
+    #[test]
+    fn a_location_names_the_line_of_its_path_and_starts_errors_about_it() {
+        let mut positions = Positions::default();
+        positions.record("runtime.runner", 4);
+        let source = Source {
+            file: "runtimes.yaml".into(),
+            line: 1,
+            positions,
+        };
+        let at = source.location("runtime.runner.ecs");
+        assert_eq!(at.to_string(), "runtimes.yaml:4: runtime.runner.ecs");
+        assert_eq!(
+            at.error("needs an agent").to_string(),
+            "runtimes.yaml:4: runtime.runner.ecs: needs an agent"
+        );
     }
 }

@@ -32,7 +32,7 @@ pub mod window;
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
 pub use bundle::ConfigBundle;
 pub use compiled::*;
-pub use diagnostics::{ConfigError, ConfigErrors, Positions, Source};
+pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
 pub use error::{Error, Result};
 pub use event::*;
 pub use instance::*;

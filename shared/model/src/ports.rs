@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::{
     AgentName, AgentState, AgentWork, AlertState, ApiToken, ApplicationName, Approval, Desired,
     Event, EventFilter, InstanceKey, InstanceRecord, JobHandle, JobId, JobRecord, JobResult,
-    ParamValue, Release, ReleaseChannelName, RunnerSpec, ServiceName, TokenSubject,
+    ParamValue, Release, ReleaseChannelName, RunnerSpec, RunnerUse, ServiceName, TokenSubject,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -61,6 +61,11 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
         service: &ServiceName,
         params: &BTreeMap<String, ParamValue>,
     ) -> Result<String>;
+    /// Every runner the config names, with where: each runtime's and
+    /// protection's runner and each release channel's override of a
+    /// runtime's runner, in file and line order. A command can warn about
+    /// the kinds its deployment has no runner for before any job is due.
+    fn runner_uses(&self) -> Vec<RunnerUse>;
     /// The desired state of every instance of a service, running `release`
     /// (or the config-derived version without one).
     fn compile_service(

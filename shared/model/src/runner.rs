@@ -6,6 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostics::ConfigLocation;
+use crate::names::{ProtectionName, RuntimeName};
+
 /// Where a job runs, with that runner's settings for this runtime and
 /// release channel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -152,6 +155,37 @@ impl RunnerKind {
 impl fmt::Display for RunnerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A runner the config names, and where: what a deployment must have a
+/// runner of that kind for. Read at validate time, so a command can say
+/// which jobs it cannot run before any job is due.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RunnerUse {
+    pub kind: RunnerKind,
+    /// Whose jobs run on it.
+    pub by: RunnerUser,
+    /// The `runner` key of a runtime or protection (the document itself
+    /// when it runs on the default local runner), or a release channel's
+    /// override of a runtime's runner.
+    pub at: ConfigLocation,
+}
+
+/// Whose jobs run on a runner: a runtime's apply, fetch and getInfo, or a
+/// protection's check.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RunnerUser {
+    Runtime(RuntimeName),
+    Protection(ProtectionName),
+}
+
+impl fmt::Display for RunnerUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunnerUser::Runtime(name) => write!(f, "runtime {name}"),
+            RunnerUser::Protection(name) => write!(f, "protection {name}"),
+        }
     }
 }
 

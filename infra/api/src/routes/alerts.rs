@@ -67,7 +67,7 @@ async fn set_one(
         .await?;
     let instances: Vec<InstanceKey> = guarded
         .into_iter()
-        .filter(|key| key.application == caller.token.application)
+        .filter(|key| caller.token.application() == Some(&key.application))
         .collect();
     Ok(AlertResponse {
         name,

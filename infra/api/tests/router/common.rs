@@ -18,6 +18,7 @@ use vergence_model::ConfigBundle;
 use vergence_model::ports::{Clock, CurrentConfig, InstanceFilter, ManualClock, StateStore};
 use vergence_model::{
     AlertState, ApiToken, Approval, Event, EventFilter, InstanceRecord, Release, Scope,
+    TokenSubject,
 };
 
 pub const START: i64 = 1_800_000_000;
@@ -115,7 +116,7 @@ impl Api {
     pub async fn token(&self, app: &str, scopes: &[Scope]) -> String {
         let (_, token) = create_token(
             self.store.as_ref(),
-            &app.parse().unwrap(),
+            &TokenSubject::Application(app.parse().unwrap()),
             scopes,
             Some("test".into()),
             "test",
@@ -185,7 +186,12 @@ impl Api {
         }
         let mut tokens = Vec::new();
         for app in ["shop", "blog"] {
-            tokens.extend(store.list_tokens(&app.parse().unwrap()).await.unwrap());
+            tokens.extend(
+                store
+                    .list_tokens(&TokenSubject::Application(app.parse().unwrap()))
+                    .await
+                    .unwrap(),
+            );
         }
         Footprint {
             current_config: store.current_config().await.unwrap(),

@@ -227,3 +227,37 @@ async fn malformed_uploads_name_the_field_at_fault() {
         .await;
     assert_eq!(reply.error()["field"], "query");
 }
+
+#[tokio::test]
+async fn a_config_nested_thousands_deep_is_refused_and_the_server_lives_on() {
+    let api = Api::new().with_quickstart().await;
+    let admin = api.token("shop", &[Scope::Admin]).await;
+    let mut files = quickstart_files();
+    files.insert("bomb.yaml".into(), format!("{}x\n", "- ".repeat(5_000)));
+    let body = json!({ "files": files }).to_string();
+    for path in ["/v1/configs?validateOnly=true", "/v1/configs"] {
+        let reply = api
+            .refused(
+                request(Method::POST, path, Some(&admin), Some(body.clone())),
+                StatusCode::BAD_REQUEST,
+                "invalidConfig",
+            )
+            .await;
+        let errors = reply.error()["errors"].as_array().unwrap().clone();
+        assert!(
+            errors.iter().any(|e| e["file"] == "bomb.yaml"
+                && e["message"].as_str().unwrap().contains("levels deep")),
+            "{errors:?}"
+        );
+    }
+    // Still answering.
+    let status = api
+        .send(request(
+            Method::GET,
+            "/v1/applications/shop/status",
+            Some(&admin),
+            None,
+        ))
+        .await;
+    assert_eq!(status.status, StatusCode::OK, "{status:?}");
+}

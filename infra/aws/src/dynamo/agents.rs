@@ -14,7 +14,7 @@ use vergence_model::{AgentName, AgentState, AgentWork};
 
 use super::payload::{decode_inline, inline_body};
 use super::write::{Expression, Outcome, Write};
-use super::{DynamoStore, Item, describe, get_attr, get_u64, key, n, s, table};
+use super::{DynamoStore, Item, describe, get_attr, get_u64, key, n, table};
 use crate::error::AwsError;
 
 type Result<T> = vergence_model::Result<T>;

@@ -4,6 +4,8 @@
 // Each test crate uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod docker;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -165,4 +167,17 @@ pub fn running_in_group(pgid: i32) -> Vec<i32> {
             stat(*pid).is_some_and(|(state, group)| group == pgid && !matches!(state, 'Z' | 'X'))
         })
         .collect()
+}
+
+/// Waits until `path` exists; panics after `within`.
+pub async fn wait_for_file(path: &Path, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !path.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} did not appear within {within:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

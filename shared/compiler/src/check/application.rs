@@ -1,11 +1,13 @@
-//! Checks `application` documents: each release channel's runtimes,
-//! constants, preconditions, protections and time windows, and that the
+//! Checks `application` documents: each release channel's runtimes (and
+//! its overrides of their runners), constants, preconditions, protections
+//! and time windows, and that the
 //! preconditions between channels form no cycle (a channel in one could
 //! never deploy).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::field_path::FieldPath;
+use super::runner::RuntimeRunner;
 use super::{Checker, Located, unknown_name_message};
 use crate::config::schema::{
     ApplicationDoc, ConstantDoc, DenyWindowDoc, PreconditionDoc, ReleaseChannelDoc,
@@ -13,7 +15,8 @@ use crate::config::schema::{
 use crate::model::{Application, ReleaseChannel};
 use crate::template::check_identifier;
 use vergence_model::{
-    DenyWindow, Precondition, RecurringWindow, ReleaseChannelName, RuntimeName, Source, TimeWindows,
+    DenyWindow, Precondition, RecurringWindow, ReleaseChannelName, RunnerSpec, RuntimeName, Source,
+    TimeWindows,
 };
 
 impl<'a> Checker<'a> {
@@ -22,7 +25,7 @@ impl<'a> Checker<'a> {
     pub(super) fn application(
         &mut self,
         app: &Located<'a, ApplicationDoc>,
-        runtime_names: &BTreeSet<RuntimeName>,
+        runtimes: &BTreeMap<RuntimeName, RuntimeRunner<'_>>,
     ) -> Application {
         let (source, doc) = (app.source, app.doc);
         let channels_path = FieldPath::root("application").key("releaseChannels");
@@ -46,8 +49,7 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            let checked =
-                self.release_channel(source, &path, channel, runtime_names, &channel_names);
+            let checked = self.release_channel(source, &path, channel, runtimes, &channel_names);
             channels.push(checked);
         }
         self.check_cycles(source, &channels);
@@ -66,10 +68,11 @@ impl<'a> Checker<'a> {
         source: &Source,
         path: &FieldPath,
         channel: &ReleaseChannelDoc,
-        runtime_names: &BTreeSet<RuntimeName>,
+        all_runtimes: &BTreeMap<RuntimeName, RuntimeRunner<'_>>,
         channel_names: &[&ReleaseChannelName],
     ) -> ReleaseChannel {
-        let runtimes = self.channel_runtimes(source, path, channel, runtime_names);
+        let (runtimes, runner_overrides) =
+            self.channel_runtimes(source, path, channel, all_runtimes);
         let constants = self.constants(source, path, &channel.constants);
         let preconditions = self.preconditions(source, path, channel, channel_names);
         let protections = self.protection_uses(
@@ -87,17 +90,19 @@ impl<'a> Checker<'a> {
             downstream: Vec::new(),
             protections,
             windows,
+            runner_overrides,
         }
     }
 
-    /// The runtimes a release channel offers its services, each defined.
+    /// The runtimes a release channel offers its services, each defined,
+    /// with the runners of those whose runner the channel overrides.
     fn channel_runtimes(
         &mut self,
         source: &Source,
         path: &FieldPath,
         channel: &ReleaseChannelDoc,
-        runtime_names: &BTreeSet<RuntimeName>,
-    ) -> Vec<RuntimeName> {
+        all_runtimes: &BTreeMap<RuntimeName, RuntimeRunner<'_>>,
+    ) -> (Vec<RuntimeName>, BTreeMap<RuntimeName, RunnerSpec>) {
         if channel.runtimes.is_empty() {
             self.err(
                 source,
@@ -108,21 +113,45 @@ impl<'a> Checker<'a> {
                 ),
             );
         }
-        let mut runtimes = Vec::new();
+        let mut runtimes: Vec<RuntimeName> = Vec::new();
+        let mut overrides = BTreeMap::new();
         for (j, reference) in channel.runtimes.iter().enumerate() {
-            if !runtime_names.contains(&reference.runtime) {
+            let entry = path.key("runtimes").index(j);
+            let name = &reference.runtime;
+            let Some(runner) = all_runtimes.get(name) else {
                 let message = unknown_name_message(
                     "runtime",
-                    reference.runtime.as_str(),
-                    runtime_names.iter().map(|r| r.as_str()),
+                    name.as_str(),
+                    all_runtimes.keys().map(|r| r.as_str()),
                 );
-                let path = path.key("runtimes").index(j).key("runtime");
-                self.err(source, &path, message);
-            } else if !runtimes.contains(&reference.runtime) {
-                runtimes.push(reference.runtime.clone());
+                self.err(source, &entry.key("runtime"), message);
+                continue;
+            };
+            let overridden = channel.runtimes[..j]
+                .iter()
+                .any(|r| &r.runtime == name && r.runner.is_some());
+            if runtimes.contains(name) && (overridden || reference.runner.is_some()) {
+                self.err(
+                    source,
+                    &entry.key("runtime"),
+                    format!(
+                        "runtime '{name}' is listed twice in release channel '{}' with a runner override; list it once",
+                        channel.name
+                    ),
+                );
+                continue;
+            }
+            if !runtimes.contains(name) {
+                runtimes.push(name.clone());
+            }
+            let Some(over) = &reference.runner else {
+                continue;
+            };
+            if let Some(spec) = self.runner_override(source, &entry, name, *runner, over) {
+                overrides.insert(name.clone(), spec);
             }
         }
-        runtimes
+        (runtimes, overrides)
     }
 
     /// A release channel's constants by name: text, or an int written as text.

@@ -1,6 +1,6 @@
 //! Checks the job templates of runtimes and protections: the program to
-//! run, its image and env, the runner it runs on, and every template
-//! reference in them.
+//! run, its image (which container runners need) and env, and every
+//! template reference in them.
 
 use std::collections::BTreeMap;
 
@@ -8,10 +8,10 @@ use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
 use super::{Checker, check_env_name, unknown_param_message};
-use crate::config::schema::{ProgramDoc, RunnerDoc, TaskConfigDoc};
+use crate::config::schema::{ProgramDoc, TaskConfigDoc};
 use crate::model::{JobTemplate, ParamDecl, ParamKind};
 use crate::template::{Reference, Template};
-use vergence_model::{CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerSpec, Source};
+use vergence_model::{RunnerKind, Source};
 
 /// A `{{.Constants.name}}` in a job template, and where it is written.
 pub(super) struct ConstantUse {
@@ -25,7 +25,9 @@ pub(super) struct JobInput<'i> {
     /// Where the job is written; its program is under `taskConfig.program`.
     pub(super) path: FieldPath,
     pub(super) task: &'i TaskConfigDoc,
-    pub(super) runner: Option<&'i RunnerDoc>,
+    /// The kind of runner it runs on (in every release channel: an
+    /// override changes settings, not the kind).
+    pub(super) runner: RunnerKind,
     /// Directory of the document, where the job runs.
     pub(super) dir: &'i str,
     pub(super) timeout: SignedDuration,
@@ -47,9 +49,8 @@ impl Checker<'_> {
     ) -> Option<JobTemplate> {
         let program = &input.task.program;
         let program_path = input.path.key("taskConfig").key("program");
-        let runner = runner_spec(input.runner);
         let before = self.errors.len();
-        self.check_program(source, &program_path, program, &runner);
+        self.check_program(source, &program_path, program, input.runner);
         let cmd_path = program_path.key("cmd");
         let cmd: Vec<Template> = program
             .cmd
@@ -66,7 +67,6 @@ impl Checker<'_> {
         });
         let env = self.job_env(source, &input, &program_path, constant_uses);
         (self.errors.len() == before).then(|| JobTemplate {
-            runner,
             image,
             cmd,
             env,
@@ -83,7 +83,7 @@ impl Checker<'_> {
         source: &Source,
         path: &FieldPath,
         program: &ProgramDoc,
-        runner: &RunnerSpec,
+        runner: RunnerKind,
     ) {
         if program.cmd.is_empty() {
             self.err(
@@ -92,11 +92,11 @@ impl Checker<'_> {
                 "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
             );
         }
-        if *runner != RunnerSpec::Local && program.image.is_none() {
+        if runner != RunnerKind::Local && program.image.is_none() {
             self.err(
                 source,
                 &path.key("image"),
-                format!("the {} runner runs a container: set image", runner.name()),
+                format!("the {runner} runner runs a container: set image"),
             );
         }
     }
@@ -193,42 +193,5 @@ impl Checker<'_> {
                 Reference::Builtin(_) => {}
             }
         }
-    }
-}
-
-fn runner_spec(doc: Option<&RunnerDoc>) -> RunnerSpec {
-    match doc {
-        None | Some(RunnerDoc::Local {}) => RunnerSpec::Local,
-        Some(RunnerDoc::Kubernetes { agent, namespace }) => {
-            RunnerSpec::Kubernetes(KubernetesRunnerSpec {
-                agent: agent.clone(),
-                namespace: namespace.clone(),
-                service_account: None,
-            })
-        }
-        Some(RunnerDoc::Ecs {
-            cluster,
-            subnets,
-            security_groups,
-            assign_public_ip,
-        }) => RunnerSpec::Ecs(EcsRunnerSpec {
-            cluster: cluster.clone(),
-            region: None,
-            subnets: subnets.clone(),
-            security_groups: security_groups.clone(),
-            assign_public_ip: assign_public_ip.unwrap_or(false),
-            task_role_arn: None,
-            execution_role_arn: None,
-            cpu: EcsRunnerSpec::DEFAULT_CPU,
-            memory: EcsRunnerSpec::DEFAULT_MEMORY,
-            log_group: EcsRunnerSpec::DEFAULT_LOG_GROUP.to_owned(),
-        }),
-        Some(RunnerDoc::CloudRun { project, region }) => RunnerSpec::CloudRun(CloudRunRunnerSpec {
-            project: project.clone(),
-            region: region.clone(),
-            service_account: None,
-            cpu: None,
-            memory: None,
-        }),
     }
 }

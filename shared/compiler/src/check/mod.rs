@@ -3,10 +3,11 @@
 //! path; a config with any error produces no model at all.
 //!
 //! One [`Checker`] walks the documents; each kind has its module
-//! (`application`, `runtime`, `service` with `parameter_values`,
-//! `protection`), and what several kinds have in common has its own:
-//! job templates (`job`) and parameter declarations (`parameters`). Every
-//! error names its field with a [`FieldPath`].
+//! (`application`, `runtime`, `service` with `parameter_values` and
+//! `secret`, `protection`), and what several kinds have in common has its
+//! own: job templates (`job`), runners (`runner`, with the values of their
+//! settings in `runner_fields`) and parameter declarations (`parameters`).
+//! Every error names its field with a [`FieldPath`].
 
 mod application;
 mod field_path;
@@ -14,10 +15,13 @@ mod job;
 mod parameter_values;
 mod parameters;
 mod protection;
+mod runner;
+mod runner_fields;
 mod runtime;
+mod secret;
 mod service;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::SignedDuration;
 
@@ -27,10 +31,12 @@ use crate::config::schema::{ApplicationDoc, DocumentBody, ProtectionDoc, Runtime
 use crate::config::{ParsedDocument, parse_bundle};
 use field_path::FieldPath;
 pub use parameters::check_docker_image;
+use runner::RuntimeRunner;
 use runtime::RuntimeSource;
 use vergence_model::diagnostics::suggest;
 use vergence_model::{
-    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RuntimeName, Source,
+    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RunnerUse,
+    RuntimeName, Source,
 };
 
 /// Timeout of fetch and getInfo jobs and of protection checks, unless set.
@@ -46,6 +52,7 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
         errors,
         runtime_sources: HashMap::new(),
         protections: BTreeMap::new(),
+        runner_uses: Vec::new(),
     };
     let model = checker.build(bundle, &documents);
     if checker.errors.is_empty() {
@@ -72,11 +79,12 @@ struct ByKind<'a> {
 
 /// Checks documents, collecting every error, and keeps what later kinds
 /// need from earlier ones: the constants each runtime's templates use and
-/// the protections that can be attached.
+/// the protections that can be attached; and every runner named.
 struct Checker<'a> {
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
     protections: BTreeMap<ProtectionName, Protection>,
+    runner_uses: Vec<RunnerUse>,
 }
 
 impl<'a> Checker<'a> {
@@ -92,10 +100,18 @@ impl<'a> Checker<'a> {
         for (document, doc) in by_kind.protections {
             self.protection(document, doc);
         }
-        let all_runtime_names: BTreeSet<RuntimeName> = by_kind
+        // Every runtime's runner as written, valid or not, so release
+        // channels can name runtimes and override their runners.
+        let runtime_runners: BTreeMap<RuntimeName, RuntimeRunner<'a>> = by_kind
             .runtimes
             .iter()
-            .map(|(_, doc)| doc.name.clone())
+            .map(|(document, doc)| {
+                let runner = RuntimeRunner {
+                    doc: doc.runner.as_ref(),
+                    source: &document.source,
+                };
+                (doc.name.clone(), runner)
+            })
             .collect();
         let mut runtimes = BTreeMap::new();
         for (document, doc) in by_kind.runtimes {
@@ -105,18 +121,23 @@ impl<'a> Checker<'a> {
         }
         let mut apps: BTreeMap<ApplicationName, Application> = BTreeMap::new();
         for app in &by_kind.applications {
-            let checked = self.application(app, &all_runtime_names);
+            let checked = self.application(app, &runtime_runners);
             apps.insert(checked.name.clone(), checked);
         }
         for service in &by_kind.services {
             self.service(service, &mut apps, &runtimes);
         }
+        let mut runner_uses = std::mem::take(&mut self.runner_uses);
+        runner_uses.sort_by(|a, b| {
+            (&a.at.file, a.at.line, &a.at.path).cmp(&(&b.at.file, b.at.line, &b.at.path))
+        });
         ConfigModel {
             hash: bundle.hash(),
             root: bundle.root.clone(),
             applications: apps,
             runtimes,
             protections: std::mem::take(&mut self.protections),
+            runner_uses,
         }
     }
 

@@ -1,17 +1,19 @@
 //! Checks the values a service gives its runtime's parameters
 //! (`custom.parameterValues`, service-wide and per release channel): each
-//! names a declared parameter and has exactly one value of its type, and
-//! every required parameter gets one.
+//! names a declared parameter and has exactly one value of its type (a
+//! secret, a source the runtime's runner reads), and every required
+//! parameter gets one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::field_path::FieldPath;
+use super::secret::SecretReader;
 use super::service::{PerChannel, ServiceInput};
-use super::{Checker, check_docker_image, check_env_name};
+use super::{Checker, check_docker_image};
 use crate::config::schema::{CustomDoc, ParameterValueDoc};
 use crate::model::{ParamDecl, ParamKind, ReleaseChannel, Runtime, ValueTemplate};
+use vergence_model::Source;
 use vergence_model::diagnostics::suggest;
-use vergence_model::{SecretRef, Source};
 
 impl<'a> Checker<'a> {
     /// The values the service gives the runtime's parameters in `channel`:
@@ -115,7 +117,15 @@ impl<'a> Checker<'a> {
         }
         let value_path = path.key(kind.name());
         match (kind, raw) {
-            (ParamKind::Secret, _) => self.secret_value(svc.source, &value_path, value),
+            (ParamKind::Secret, _) => {
+                let reader = SecretReader {
+                    runtime: &runtime.name,
+                    runner: channel.runner_of(runtime),
+                };
+                let doc = value.secret.as_ref()?;
+                let secret = self.secret_source(svc.source, &value_path, doc, &reader)?;
+                Some(ValueTemplate::Secret(secret))
+            }
             (_, Some(raw)) => self.text_value(svc, channel, &value_path, kind, raw),
             (_, None) => None,
         }
@@ -165,25 +175,6 @@ impl<'a> Checker<'a> {
                         value.name
                     ),
                 );
-                None
-            }
-        }
-    }
-
-    /// A secret value: read by the runner from one of its env variables.
-    fn secret_value(
-        &mut self,
-        source: &Source,
-        path: &FieldPath,
-        value: &ParameterValueDoc,
-    ) -> Option<ValueTemplate> {
-        let secret = value.secret.as_ref()?;
-        match check_env_name(&secret.from_env) {
-            Ok(()) => Some(ValueTemplate::Secret(SecretRef::FromEnv(
-                secret.from_env.clone(),
-            ))),
-            Err(e) => {
-                self.err(source, &path.key("fromEnv"), e);
                 None
             }
         }

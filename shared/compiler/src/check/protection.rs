@@ -14,10 +14,11 @@ use super::{Checker, DEFAULT_FETCH_TIMEOUT, unknown_name_message, unknown_param_
 use crate::config::ParsedDocument;
 use crate::config::schema::{
     FailureBehaviorDoc, LifecycleDoc, ParameterValueDoc, ProtectionAttachmentDoc, ProtectionDoc,
+    RunnerDoc,
 };
 use crate::model::{JobTemplate, Protection, ProtectionTemplate, ProtectionUse};
 use crate::template::{Reference, Template};
-use vergence_model::{FailureBehavior, Lifecycle, Source};
+use vergence_model::{FailureBehavior, Lifecycle, RunnerKind, RunnerUser, Source};
 
 const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
 
@@ -30,18 +31,35 @@ impl<'a> Checker<'a> {
         let params = self.params(source, &root, &doc.parameters, SecretParams::Refused);
         let check = match (&doc.task_config, &doc.alert) {
             (Some(task), None) => {
+                let by = RunnerUser::Protection(doc.name.clone());
+                let runner = self.runner(source, &root, doc.runner.as_ref(), by);
                 let input = JobInput {
                     path: root.clone(),
                     task,
-                    runner: doc.runner.as_ref(),
+                    runner: doc
+                        .runner
+                        .as_ref()
+                        .map_or(RunnerKind::Local, RunnerDoc::kind),
                     dir: &document.dir,
                     timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
                     outputs: &[],
                     params: &params,
                     owner: &format!("protection {}", doc.name),
                 };
-                self.check_job(source, input)
-                    .map(|job| ProtectionTemplate::Job(Box::new(job)))
+                let job = self.check_job(source, input);
+                job.zip(runner)
+                    .map(|(job, runner)| ProtectionTemplate::Job {
+                        job: Box::new(job),
+                        runner,
+                    })
+            }
+            (None, Some(_)) if doc.runner.is_some() => {
+                self.err(
+                    source,
+                    &root.key("runner"),
+                    "an alert protection runs no job, so it has no runner; remove runner (or give a taskConfig instead of alert)",
+                );
+                None
             }
             (None, Some(alert)) => match vergence_model::check_name(alert) {
                 Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),

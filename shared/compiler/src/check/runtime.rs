@@ -1,5 +1,5 @@
-//! Checks `runtime` documents: the apply, fetch and getInfo jobs, the retry
-//! policy and the parameters services fill in. The constants a runtime's
+//! Checks `runtime` documents: the runner, the apply, fetch and getInfo
+//! jobs, the retry policy and the parameters services fill in. The constants a runtime's
 //! templates use are checked later, once per release channel that uses the
 //! runtime, because only services say which channels those are.
 
@@ -14,7 +14,9 @@ use crate::config::schema::{
     FetchDoc, FetchModeDoc, GetInfoDoc, RetryPolicyDoc, RunnerDoc, RuntimeDoc, TaskConfigDoc,
 };
 use crate::model::{FetchTemplate, GetInfoTemplate, ParamDecl, ReleaseChannel, Runtime};
-use vergence_model::{ConfigError, FetchMode, RetryPolicy, RuntimeName, Source};
+use vergence_model::{
+    ConfigError, FetchMode, RetryPolicy, RunnerKind, RunnerUser, RuntimeName, Source,
+};
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
@@ -33,7 +35,7 @@ pub(super) struct RuntimeSource<'a> {
 /// and directory they run in, and the parameters their templates may use.
 struct RuntimeJobs<'r> {
     root: &'r FieldPath,
-    runner: Option<&'r RunnerDoc>,
+    runner: RunnerKind,
     dir: &'r str,
     params: &'r [ParamDecl],
     owner: String,
@@ -72,6 +74,8 @@ impl<'a> Checker<'a> {
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
+        let by = RunnerUser::Runtime(doc.name.clone());
+        let runner = self.runner(source, &root, doc.runner.as_ref(), by);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let Some(apply_doc) = &doc.apply else {
             if !first_class {
@@ -85,7 +89,10 @@ impl<'a> Checker<'a> {
         };
         let jobs = RuntimeJobs {
             root: &root,
-            runner: doc.runner.as_ref(),
+            runner: doc
+                .runner
+                .as_ref()
+                .map_or(RunnerKind::Local, RunnerDoc::kind),
             dir: &document.dir,
             params: &params,
             owner: format!("runtime {}", doc.name),
@@ -112,6 +119,7 @@ impl<'a> Checker<'a> {
         };
         Some(Runtime {
             name: doc.name.clone(),
+            runner: runner?,
             params,
             apply,
             retryable_exit_codes: apply_doc.retryable_exit_codes.clone(),

@@ -3,6 +3,8 @@
 //! These types mirror the YAML one to one; checking references between
 //! documents and resolving templates is the compiler's job.
 
+mod runner;
+
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -12,6 +14,8 @@ use serde::{Deserialize, Deserializer};
 use vergence_model::{
     ApplicationName, ProtectionName, ReleaseChannelName, RuntimeName, ServiceName,
 };
+
+pub use runner::{CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc};
 
 /// A document: exactly one top-level kind.
 #[derive(Debug, Deserialize)]
@@ -106,29 +110,6 @@ pub struct FirstClassDoc {
     pub path: Option<String>,
     pub backend_config: Option<BTreeMap<String, String>>,
     pub image: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum RunnerDoc {
-    Local {},
-    Kubernetes {
-        agent: String,
-        namespace: Option<String>,
-    },
-    #[serde(rename_all = "camelCase")]
-    Ecs {
-        cluster: String,
-        #[serde(default)]
-        subnets: Vec<String>,
-        #[serde(default)]
-        security_groups: Vec<String>,
-        assign_public_ip: Option<bool>,
-    },
-    CloudRun {
-        project: String,
-        region: String,
-    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,11 +214,29 @@ pub struct ParameterValueDoc {
     pub secret: Option<SecretValueDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A secret's source, as a service gives it for a runtime's `secret`
+/// parameter: exactly one of these keys (checked by the checker, so every
+/// mistake is reported with the others).
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretValueDoc {
-    /// Read from this environment variable of the runner when the job starts.
-    pub from_env: String,
+    /// An environment variable of the process running the local runner.
+    pub from_env: Option<String>,
+    /// A Secrets Manager secret ARN (read by ECS).
+    pub aws_secrets_manager: Option<String>,
+    /// An SSM parameter ARN or name (read by ECS).
+    pub aws_ssm_parameter: Option<String>,
+    /// `projects/P/secrets/S/versions/V` (read by Cloud Run).
+    pub gcp_secret_manager: Option<String>,
+    /// A key of a Kubernetes Secret in the Job's namespace.
+    pub kubernetes_secret: Option<KubernetesSecretDoc>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesSecretDoc {
+    pub name: Option<String>,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,10 +340,13 @@ pub struct PostDeploymentLifecycleDoc {
     pub check_duration: Option<DurationDoc>,
 }
 
+/// A runtime a release channel offers, with the settings of its runner
+/// this channel changes (of the same kind as the runtime's runner).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRefDoc {
     pub runtime: RuntimeName,
+    pub runner: Option<RunnerDoc>,
 }
 
 #[derive(Debug, Deserialize)]

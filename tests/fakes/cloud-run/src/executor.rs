@@ -132,7 +132,11 @@ pub(crate) struct TaskOutput {
 impl TaskOutput {
     fn write(&self, labels: &LogLabels<'_>, stream: &str, line: &str) {
         if let Some(shared) = self.shared.upgrade() {
-            shared.lock().logs.append_task_line(labels, stream, line);
+            let delay = shared.config.log_delay;
+            shared
+                .lock()
+                .logs
+                .append_task_line(labels, stream, line, delay);
         }
     }
 }

@@ -40,6 +40,7 @@ impl Default for FakeCloudRunBuilder {
         Self {
             config: Config {
                 polls_to_settle: 2,
+                log_delay: Duration::ZERO,
                 missing_image_prefix: "missing/".to_owned(),
                 project_number: 123_456_789_012,
             },
@@ -54,6 +55,15 @@ impl FakeCloudRunBuilder {
     /// the second "done". 0 settles at once.
     pub fn polls_to_settle(mut self, polls: u32) -> Self {
         self.config.polls_to_settle = polls;
+        self
+    }
+
+    /// How long after a task writes a line it can be listed from Cloud
+    /// Logging, as ingestion lags on the platform (default: at once). The
+    /// entry's `receiveTimestamp` says when it arrives;
+    /// [`FakeCloudRun::log_entries`] shows it before that.
+    pub fn log_delay(mut self, delay: Duration) -> Self {
+        self.config.log_delay = delay;
         self
     }
 

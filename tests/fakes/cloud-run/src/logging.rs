@@ -1,8 +1,13 @@
 //! The piece of Cloud Logging a runner needs: tasks' stdout and stderr as
 //! log entries, the way Cloud Run writes them, and `POST /v2/entries:list`
-//! to read them back (resource names, filter, order, pages).
+//! to read them back (resource names, filter, order, pages) once they have
+//! been received: with a configured log delay, a line is listable only that
+//! long after it was written, as ingestion lags on the platform.
 
 use std::cmp::Ordering;
+use std::time::Duration;
+
+use jiff::SignedDuration;
 
 use serde_json::{Value, json};
 
@@ -22,9 +27,20 @@ pub(crate) struct LogStore {
 }
 
 impl LogStore {
-    /// Stores one line a task wrote to `stream` (`stdout` or `stderr`).
-    pub(crate) fn append_task_line(&mut self, labels: &LogLabels<'_>, stream: &str, line: &str) {
-        let now = wire::now();
+    /// Stores one line a task wrote to `stream` (`stdout` or `stderr`),
+    /// received (listable) `delay` later.
+    pub(crate) fn append_task_line(
+        &mut self,
+        labels: &LogLabels<'_>,
+        stream: &str,
+        line: &str,
+        delay: Duration,
+    ) {
+        let written = jiff::Timestamp::now();
+        let received = SignedDuration::try_from(delay)
+            .ok()
+            .and_then(|d| written.checked_add(d).ok())
+            .unwrap_or(written);
         let entry = json!({
             "logName": format!("projects/{}/logs/run.googleapis.com%2F{stream}", labels.project),
             "resource": {
@@ -41,8 +57,8 @@ impl LogStore {
                 "run.googleapis.com/task_attempt": labels.task_attempt.to_string(),
             },
             "textPayload": line,
-            "timestamp": now,
-            "receiveTimestamp": now,
+            "timestamp": written.to_string(),
+            "receiveTimestamp": received.to_string(),
             "insertId": format!("{:08x}{}", self.entries.len(), wire::random_suffix(8)),
         });
         self.entries.push(entry);
@@ -74,7 +90,9 @@ impl LogStore {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| projects.iter().any(|p| in_project(e, p)) && filter.matches(e))
+            .filter(|(_, e)| {
+                received(e) && projects.iter().any(|p| in_project(e, p)) && filter.matches(e)
+            })
             .collect();
         // By timestamp; entries written in the same instant keep their order.
         matching.sort_by(|(a_seq, a), (b_seq, b)| by_time(a, b).then(a_seq.cmp(b_seq)));
@@ -117,6 +135,13 @@ fn projects_of(request: &Value) -> Result<Vec<String>, ApiError> {
             ))),
         })
         .collect()
+}
+
+/// Whether Cloud Logging has received the entry yet.
+fn received(entry: &Value) -> bool {
+    wire::str_field(entry, "receiveTimestamp")
+        .parse::<jiff::Timestamp>()
+        .is_ok_and(|at| at <= jiff::Timestamp::now())
 }
 
 fn in_project(entry: &Value, project: &str) -> bool {

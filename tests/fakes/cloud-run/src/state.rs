@@ -19,6 +19,9 @@ pub(crate) struct Config {
     /// Reads (of a change's operation or of the resource it changes) after
     /// which the change settles.
     pub(crate) polls_to_settle: u32,
+    /// How long a task's line takes to reach `entries:list` (Cloud
+    /// Logging's ingestion lag).
+    pub(crate) log_delay: std::time::Duration,
     /// Images starting with this prefix do not exist: revisions using them
     /// fail, executions using them fail before any task runs.
     pub(crate) missing_image_prefix: String,

@@ -36,13 +36,21 @@ pub struct YamlDocument {
     pub line: usize,
 }
 
+/// How deeply lists and mappings may nest. The config's deepest legitimate
+/// nesting is about 10; a file nested thousands deep is an attack on the
+/// stack (the tree is built, read and dropped recursively), refused before
+/// any tree is built.
+pub const MAX_DEPTH: usize = 64;
+
 /// Splits a file into its documents. Empty documents (a trailing `---`) are
-/// dropped. A syntax error is reported with its line.
+/// dropped. A syntax error, or nesting deeper than [`MAX_DEPTH`], is
+/// reported with its line.
 pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, (usize, String)> {
+    let protected = protect_templates(text);
+    check_depth(&protected)?;
     let mut loader: YamlLoader<MarkedYamlOwned> = YamlLoader::default();
     // Scalars stay as written; the schema decides their type.
     loader.early_parse(false);
-    let protected = protect_templates(text);
     let mut parser = saphyr_parser::Parser::new_from_str(&protected);
     let loaded = parser.load(&mut loader, true);
     let scan_error = loaded.err().or_else(|| loader.error().cloned());
@@ -58,6 +66,36 @@ pub fn parse_documents(text: &str) -> Result<Vec<YamlDocument>, (usize, String)>
             node,
         })
         .collect())
+}
+
+/// Walks the parser's events, without building anything, and refuses
+/// nesting deeper than [`MAX_DEPTH`] at the line where it goes too deep.
+/// Syntax errors are left to the real parse, which reports them.
+fn check_depth(text: &str) -> Result<(), (usize, String)> {
+    let mut depth = 0usize;
+    for event in saphyr_parser::Parser::new_from_str(text) {
+        let Ok((event, span)) = event else {
+            return Ok(());
+        };
+        match event {
+            saphyr_parser::Event::SequenceStart(..) | saphyr_parser::Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err((
+                        span.start.line(),
+                        format!(
+                            "lists and mappings nest more than {MAX_DEPTH} levels deep here; a config never needs that"
+                        ),
+                    ));
+                }
+            }
+            saphyr_parser::Event::SequenceEnd | saphyr_parser::Event::MappingEnd => {
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Stand-ins for the braces of `{{.Params.x}}`-style templates while parsing.

@@ -163,3 +163,18 @@ fn several_documents_and_empty_ones() {
     assert_eq!(docs.len(), 2);
     assert_eq!(docs[1].line, 4);
 }
+
+#[test]
+fn nesting_thousands_deep_is_refused_with_a_line_not_a_crash() {
+    // 20,000 levels of `- - - … x`: 40 KB that used to abort the process.
+    let bomb = format!("{}x\n", "- ".repeat(20_000));
+    let (line, message) = parse_documents(&bomb).unwrap_err();
+    assert_eq!(line, 1);
+    assert!(message.contains("more than 64 levels"), "{message}");
+    let flow = format!("a: {}{}\n", "[".repeat(5_000), "]".repeat(5_000));
+    // The parser itself refuses deep flow collections: an error, not a crash.
+    let (_, message) = parse_documents(&flow).unwrap_err();
+    assert!(!message.is_empty());
+    let fine = "a:\n  b:\n    - c: [1, {d: e}]\n";
+    assert!(parse_documents(fine).is_ok());
+}

@@ -1,5 +1,7 @@
 //! Reading a task's output back from Cloud Logging with the real client.
 
+use std::time::Duration;
+
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_lro::Poller;
 use vergence_fake_cloud_run::FakeCloudRun;
@@ -141,4 +143,43 @@ async fn a_filter_the_fake_cannot_parse_is_invalid_argument_naming_it() {
 
     assert_eq!(error.status().map(|s| s.code), Some(Code::InvalidArgument));
     assert!(error.to_string().contains("'OR'"), "{error}");
+}
+
+#[tokio::test]
+async fn lines_are_listed_only_once_the_log_delay_has_passed() {
+    let fake = FakeCloudRun::builder()
+        .log_delay(Duration::from_millis(800))
+        .start()
+        .await
+        .unwrap();
+    let execution = run_chatty_job(&fake).await;
+    let logging = fake.logging_client().await.unwrap();
+    let list = || {
+        logging
+            .list_log_entries()
+            .set_resource_names([format!("projects/{PROJECT}")])
+            .set_filter(stdout_of(&execution))
+            .send()
+    };
+
+    let early = list().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let later = list().await.unwrap();
+
+    assert!(early.entries.is_empty(), "{:?}", early.entries);
+    assert_eq!(later.entries.len(), 3);
+    let entry = &later.entries[0];
+    let lag = entry.receive_timestamp.as_ref().unwrap().seconds() * 1000
+        + i64::from(entry.receive_timestamp.as_ref().unwrap().nanos()) / 1_000_000
+        - (entry.timestamp.as_ref().unwrap().seconds() * 1000
+            + i64::from(entry.timestamp.as_ref().unwrap().nanos()) / 1_000_000);
+    assert!(
+        (799..=801).contains(&lag),
+        "received {lag} ms after it was written"
+    );
+    assert_eq!(
+        fake.log_entries().len(),
+        4,
+        "the test's view is not delayed"
+    );
 }

@@ -1,0 +1,87 @@
+//! The Google clients the runner drives: Cloud Run Admin API v2 (jobs,
+//! executions, tasks) and Cloud Logging, built once per process and shared.
+//!
+//! In production they authenticate with application-default credentials.
+//! On AWS that is workload identity federation: `GOOGLE_APPLICATION_CREDENTIALS`
+//! names an external-account credential file, and the client exchanges the
+//! worker role's AWS credentials (from the Lambda environment) for a Google
+//! token, so the deployment stores no Google key (docs/runners/cloud-run.md).
+
+use google_cloud_auth::credentials::{self, Credentials};
+use google_cloud_logging_v2::client::LoggingServiceV2;
+use google_cloud_run_v2::client::{Executions, Jobs, Tasks};
+
+use crate::error::CloudRunError;
+
+/// The clients of one runner.
+#[derive(Clone, Debug)]
+pub struct CloudRunClients {
+    pub(crate) jobs: Jobs,
+    pub(crate) executions: Executions,
+    pub(crate) tasks: Tasks,
+    pub(crate) logging: LoggingServiceV2,
+}
+
+impl CloudRunClients {
+    /// Clients built elsewhere (other endpoints, retry policies, tracing).
+    pub fn new(
+        jobs: Jobs,
+        executions: Executions,
+        tasks: Tasks,
+        logging: LoggingServiceV2,
+    ) -> Self {
+        Self {
+            jobs,
+            executions,
+            tasks,
+            logging,
+        }
+    }
+
+    /// Clients for the public Google endpoints with application-default
+    /// credentials: the service account of the environment, a key file, or
+    /// an external-account (workload identity federation) configuration
+    /// named by `GOOGLE_APPLICATION_CREDENTIALS`. Credentials are loaded
+    /// here, so a missing or malformed configuration fails at startup.
+    pub async fn from_application_default_credentials() -> Result<Self, CloudRunError> {
+        let credentials = credentials::Builder::default()
+            .build()
+            .map_err(CloudRunError::Credentials)?;
+        Self::build(None, credentials).await
+    }
+
+    /// Clients that send both APIs to `endpoint` (an emulator or a test
+    /// fake), with `credentials` (anonymous ones for a fake).
+    pub async fn at_endpoint(
+        endpoint: impl Into<String>,
+        credentials: Credentials,
+    ) -> Result<Self, CloudRunError> {
+        Self::build(Some(endpoint.into()), credentials).await
+    }
+
+    async fn build(
+        endpoint: Option<String>,
+        credentials: Credentials,
+    ) -> Result<Self, CloudRunError> {
+        let client = |client: &'static str| move |source| CloudRunError::Client { client, source };
+        let mut jobs = Jobs::builder().with_credentials(credentials.clone());
+        let mut executions = Executions::builder().with_credentials(credentials.clone());
+        let mut tasks = Tasks::builder().with_credentials(credentials.clone());
+        let mut logging = LoggingServiceV2::builder().with_credentials(credentials);
+        if let Some(endpoint) = endpoint {
+            jobs = jobs.with_endpoint(endpoint.clone());
+            executions = executions.with_endpoint(endpoint.clone());
+            tasks = tasks.with_endpoint(endpoint.clone());
+            logging = logging.with_endpoint(endpoint);
+        }
+        Ok(Self {
+            jobs: jobs.build().await.map_err(client("Cloud Run jobs"))?,
+            executions: executions
+                .build()
+                .await
+                .map_err(client("Cloud Run executions"))?,
+            tasks: tasks.build().await.map_err(client("Cloud Run tasks"))?,
+            logging: logging.build().await.map_err(client("Cloud Logging"))?,
+        })
+    }
+}
