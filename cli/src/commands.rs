@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail};
+use vergence_api::wire::AgentView;
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
@@ -15,6 +16,7 @@ use vergence_model::ports::{
     ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
 use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status, TokenSubject};
+use vergence_runner_kubernetes::{AgentJobs, AgentRunner};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
@@ -162,7 +164,7 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         .request_checks(&InstanceFilter::default(), &actor)
         .await?;
 
-    let driver = local_driver(&local, &args.runners, "`vergence up`");
+    let driver = local_driver(&local, &args.runners, "`vergence up`", false);
     let mode = if args.watch {
         DriveMode::Forever
     } else {
@@ -226,12 +228,21 @@ fn filter(f: &Filter) -> Result<InstanceFilter> {
 pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
     let local = Local::existing(global)?;
     let records = local.control.status(&filter(&args.filter)?).await?;
+    let now = local.clock.now();
+    let agents: Vec<AgentView> = local
+        .store
+        .list_agents()
+        .await?
+        .iter()
+        .map(|agent| AgentView::of(agent, now))
+        .collect();
     let mut out = std::io::stdout().lock();
     match args.output {
-        Output::Json => output::status_json(&mut out, &records)?,
+        Output::Json => output::status_json(&mut out, &records, agents)?,
         Output::Table if records.is_empty() => writeln!(out, "no instances match")?,
         Output::Table => {
             output::status_table(&mut out, &records)?;
+            output::agents_table(&mut out, &agents)?;
             if args.filter.service.is_some() {
                 let plans = plan_texts(local.artifacts.as_ref(), &records).await;
                 output::instance_details(&mut out, &records, &plans)?;
@@ -492,21 +503,33 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
 }
 
 /// The engine loop over the local state, with this machine's runners;
-/// `deployment` names the command, for reasons.
-fn local_driver(local: &Local, runners: &crate::args::RunnerArgs, deployment: &str) -> Driver {
+/// `deployment` names the command, for reasons. With `agents` (a server
+/// agents can call), Kubernetes jobs go to the agents' queues.
+fn local_driver(
+    local: &Local,
+    runners: &crate::args::RunnerArgs,
+    deployment: &str,
+    agents: bool,
+) -> Driver {
     let max_jobs = runners.max_jobs;
     let sink = Arc::new(JobCompletion::new(
         local.store.clone(),
         local.queue.clone(),
         local.clock.clone(),
     ));
-    let runners = RunnerRouter::new(deployment).with(
+    let mut runners = RunnerRouter::new(deployment).with(
         RunnerKind::Local,
         Arc::new(
             LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
                 .with_container_engine(runners.container_engine),
         ),
     );
+    if agents {
+        runners = runners.with(
+            RunnerKind::Kubernetes,
+            Arc::new(AgentRunner::new(local.store.clone(), local.clock.clone())),
+        );
+    }
     let engine = Engine::new(
         local.store.clone(),
         local.queue.clone(),
@@ -558,16 +581,30 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
     let address = listener
         .local_addr()
         .context("reading the address listened on")?;
-    let api = vergence_api::router(vergence_api::ApiState::new(
-        Arc::new(local.control.clone()),
+    let agent_jobs = AgentJobs::new(
         local.store.clone(),
+        local.artifacts.clone(),
+        Arc::new(JobCompletion::new(
+            local.store.clone(),
+            local.queue.clone(),
+            local.clock.clone(),
+        )),
+        local.queue.clone(),
         local.clock.clone(),
-        vergence_api::ApiConfig {
-            webhook_secret: global.webhook_secret.clone(),
-            ..vergence_api::ApiConfig::default()
-        },
-    ));
-    let driver = local_driver(&local, &args.runners, "`vergence serve`");
+    );
+    let api = vergence_api::router(
+        vergence_api::ApiState::new(
+            Arc::new(local.control.clone()),
+            local.store.clone(),
+            local.clock.clone(),
+            vergence_api::ApiConfig {
+                webhook_secret: global.webhook_secret.clone(),
+                ..vergence_api::ApiConfig::default()
+            },
+        )
+        .with_agents(Arc::new(agent_jobs)),
+    );
+    let driver = local_driver(&local, &args.runners, "`vergence serve`", true);
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use vergence_api::wire::{InstanceView, StatusResponse};
+use vergence_api::wire::{AgentView, InstanceView, StatusResponse};
 use vergence_engine::control::{PlanAction, PlanEntry};
 use vergence_model::{Event, EventKind, InstanceRecord};
 
@@ -74,12 +74,42 @@ pub fn views_table(out: &mut impl Write, views: &[InstanceView]) -> std::io::Res
 }
 
 /// `vergence status --output json`: the same shape as the API's status answer.
-pub fn status_json(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
+pub fn status_json(
+    out: &mut impl Write,
+    records: &[InstanceRecord],
+    agents: Vec<AgentView>,
+) -> std::io::Result<()> {
     views_json(
         out,
         StatusResponse {
             instances: records.iter().map(InstanceView::of).collect(),
+            agents,
         },
+    )
+}
+
+/// The agents' last contact, under the instances (nothing without agents).
+pub fn agents_table(out: &mut impl Write, agents: &[AgentView]) -> std::io::Result<()> {
+    if agents.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    let rows: Vec<Vec<String>> = agents
+        .iter()
+        .map(|a| {
+            vec![
+                a.name.to_string(),
+                if a.alive { "connected" } else { "silent" }.to_owned(),
+                a.last_contact.clone(),
+                a.version.clone(),
+                a.namespace.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["AGENT", "STATE", "LAST CONTACT", "VERSION", "NAMESPACE"],
+        &rows,
     )
 }
 

@@ -218,7 +218,10 @@ async fn status(remote: &Remote, args: &StatusArgs) -> Result<u8> {
     match args.output {
         Output::Json => output::views_json(&mut out, status)?,
         Output::Table if status.instances.is_empty() => writeln!(out, "no instances match")?,
-        Output::Table => output::views_table(&mut out, &status.instances)?,
+        Output::Table => {
+            output::views_table(&mut out, &status.instances)?;
+            output::agents_table(&mut out, &status.agents)?;
+        }
     }
     Ok(0)
 }

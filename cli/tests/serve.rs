@@ -300,3 +300,44 @@ fn with_a_webhook_secret_the_cli_signs_releases_and_unsigned_ones_are_refused() 
     let (exit, output) = server.stop();
     assert!(exit.success(), "{output}");
 }
+
+#[test]
+fn an_agent_token_is_made_for_one_agent_and_can_do_no_application_work() {
+    let project = Project::quickstart();
+    let refused = project.vergence(&["token", "create", "--agent", "prod-eu", "--scope", "admin"]);
+    assert_ne!(refused.code, 0, "{refused}");
+    assert!(
+        refused.stderr.contains("scopes are for application tokens"),
+        "{refused}"
+    );
+    let created = project.vergence(&["token", "create", "--agent", "prod-eu"]);
+    assert_eq!(created.code, 0, "{created}");
+    assert!(
+        created
+            .stderr
+            .contains("for agent prod-eu that can do only that agent's work"),
+        "{created}"
+    );
+    let token = created.stdout.trim().to_owned();
+    let id = token.split('_').nth(1).expect("vgt_<id>_<secret>");
+    let listed = project.vergence(&["token", "list", "--agent", "prod-eu"]);
+    assert!(listed.stdout.contains(id), "{listed}");
+    let apps = project.vergence(&["token", "list", "--app", "shop"]);
+    assert!(!apps.stdout.contains(id), "{apps}");
+
+    let server = Server::start(&project, &[]);
+    let status = remote(&project, &server, &token, &["status", "--app", "shop"]);
+    assert_ne!(status.code, 0, "{status}");
+    assert!(status.stderr.contains("not shop"), "{status}");
+    let release = remote(
+        &project,
+        &server,
+        &token,
+        &["release", "web", "v2", "--app", "shop"],
+    );
+    assert_ne!(release.code, 0, "{release}");
+    assert!(
+        release.stderr.contains("belongs to agent prod-eu"),
+        "{release}"
+    );
+}

@@ -44,7 +44,8 @@ where
         .with_writer(writer)
 }
 
-/// The HTTP API over a deployment, as the `api` function serves it.
+/// The HTTP API over a deployment, as the `api` function serves it, with
+/// the agent routes (`vergence-agent` long-polls here).
 /// `VERGENCE_WEBHOOK_SECRET` (when not empty) makes webhooks require a
 /// signature.
 pub fn api_router(deployment: &Deployment) -> vergence_api::Router {
@@ -55,10 +56,25 @@ pub fn api_router(deployment: &Deployment) -> vergence_api::Router {
         webhook_secret,
         ..vergence_api::ApiConfig::default()
     };
-    vergence_api::router(vergence_api::ApiState::new(
-        std::sync::Arc::new(deployment.control()),
+    let completion = vergence_engine::JobCompletion::new(
         deployment.state(),
+        deployment.work(),
         deployment.clock.clone(),
-        config,
-    ))
+    );
+    let agents = vergence_runner_kubernetes::AgentJobs::new(
+        deployment.state(),
+        deployment.artifacts.clone(),
+        std::sync::Arc::new(completion),
+        deployment.work(),
+        deployment.clock.clone(),
+    );
+    vergence_api::router(
+        vergence_api::ApiState::new(
+            std::sync::Arc::new(deployment.control()),
+            deployment.state(),
+            deployment.clock.clone(),
+            config,
+        )
+        .with_agents(std::sync::Arc::new(agents)),
+    )
 }

@@ -20,6 +20,7 @@ use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::Runner;
 use vergence_model::{InstanceKey, JobHandle, JobRecord, RunnerKind};
+use vergence_runner_kubernetes::AgentRunner;
 use vergence_runner_local::LocalRunner;
 
 use crate::Deployment;
@@ -87,7 +88,10 @@ impl Worker {
                 margin: self.deployment.config.job_timeout_margin,
             }),
         };
-        let runners = RunnerRouter::new("the worker function").with(RunnerKind::Local, runner);
+        let agents = AgentRunner::new(self.deployment.state(), self.deployment.clock.clone());
+        let runners = RunnerRouter::new("the worker function")
+            .with(RunnerKind::Local, runner)
+            .with(RunnerKind::Kubernetes, Arc::new(agents));
         let engine = Engine::new(
             self.deployment.state(),
             self.deployment.work(),

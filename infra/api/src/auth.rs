@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, header};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use vergence_model::{ApiToken, ApplicationName, Scope, split_token};
+use vergence_model::{AgentName, ApiToken, ApplicationName, Scope, split_token};
 
 use crate::{ApiError, ApiState};
 
@@ -50,6 +50,31 @@ impl Caller {
         }
         Err(ApiError::Authorize(format!(
             "token {} belongs to {}, not {application}",
+            short_id(&self.token.id),
+            self.token.subject
+        )))
+    }
+
+    /// The token must be an application's (any scope).
+    pub fn require_application(&self) -> Result<(), ApiError> {
+        if self.token.application().is_some() {
+            return Ok(());
+        }
+        Err(ApiError::Authorize(format!(
+            "token {} belongs to {}: it can only poll for and report that agent's work",
+            short_id(&self.token.id),
+            self.token.subject
+        )))
+    }
+
+    /// The token must be `agent`'s: only an agent's own token polls for and
+    /// reports its work.
+    pub fn authorize_agent(&self, agent: &AgentName) -> Result<(), ApiError> {
+        if self.token.agent() == Some(agent) {
+            return Ok(());
+        }
+        Err(ApiError::Authorize(format!(
+            "token {} belongs to {}, not agent {agent}: create one with `vergence token create --agent {agent}`",
             short_id(&self.token.id),
             self.token.subject
         )))

@@ -11,6 +11,7 @@
 //! Callers authenticate with per-application tokens (`vgt_<id>_<secret>`,
 //! stored only as a SHA-256 of the secret) whose scopes say what they may
 //! do; webhook routes can additionally require an HMAC-SHA256 signature.
+//! `vergence-agent` calls the agent routes with its agent's own token.
 
 mod alertmanager;
 mod auth;
@@ -22,7 +23,7 @@ pub mod wire;
 use std::sync::Arc;
 
 use vergence_engine::control::Control;
-use vergence_model::ports::{Clock, StateStore};
+use vergence_model::ports::{AgentDesk, Clock, StateStore};
 
 pub use alertmanager::vergence_alert_name;
 pub use auth::{MAX_WEBHOOK_SKEW_SECONDS, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign_webhook};
@@ -75,6 +76,8 @@ pub struct ApiState {
     store: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
     config: Arc<ApiConfig>,
+    /// Where agents' polls and reports go; `None` where no agent may call.
+    agents: Option<Arc<dyn AgentDesk>>,
 }
 
 impl ApiState {
@@ -91,7 +94,15 @@ impl ApiState {
             store,
             clock,
             config: Arc::new(config),
+            agents: None,
         }
+    }
+
+    /// Serves the agent routes with `desk` (the kubernetes runner's).
+    #[must_use]
+    pub fn with_agents(mut self, desk: Arc<dyn AgentDesk>) -> Self {
+        self.agents = Some(desk);
+        self
     }
 }
 

@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use vergence_model::ConfigError;
 use vergence_model::{
-    ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord, ReleaseChannelName,
-    ServiceName, Status, Version,
+    AgentName, AgentState, ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord,
+    ReleaseChannelName, ServiceName, Status, Version,
 };
 
 /// One instance in a status answer (and in `vergence status --output json`,
@@ -47,6 +48,44 @@ impl InstanceView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusResponse {
     pub instances: Vec<InstanceView>,
+    /// Every agent that ever called, with its last contact: instances on
+    /// the kubernetes runner wait for theirs.
+    #[serde(default)]
+    pub agents: Vec<AgentView>,
+}
+
+/// An agent as status shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentView {
+    pub name: AgentName,
+    pub last_seen: Timestamp,
+    /// "last seen 45s ago", as of the answer.
+    pub last_contact: String,
+    /// Whether it called recently enough to be given work.
+    pub alive: bool,
+    pub version: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+impl AgentView {
+    pub fn of(agent: &AgentState, now: Timestamp) -> Self {
+        Self {
+            name: agent.name.clone(),
+            last_seen: agent.last_seen,
+            last_contact: agent.last_contact(now),
+            alive: agent.is_alive(now),
+            version: agent.version.clone(),
+            namespace: agent.namespace.clone(),
+        }
+    }
+}
+
+/// `GET /v1/agents`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentsResponse {
+    pub agents: Vec<AgentView>,
 }
 
 /// `GET /v1/applications/{app}/events`, oldest first.

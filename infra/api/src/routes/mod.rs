@@ -5,6 +5,7 @@
 //! body, signature, content — and calls the control operation only when
 //! everything passed, so a rejected request writes nothing.
 
+mod agents;
 mod alerts;
 mod configs;
 mod delivery;
@@ -92,6 +93,9 @@ fn routes() -> Vec<Route> {
         Route::new(Post, "/v1/alerts/alertmanager", alerts::alertmanager),
         Route::new(Get, "/v1/applications/{app}/status", reads::status),
         Route::new(Get, "/v1/applications/{app}/events", reads::events),
+        Route::new(Get, "/v1/agents", reads::agents),
+        Route::new(Post, "/v1/agents/{agent}/poll", agents::poll),
+        Route::new(Post, "/v1/agents/{agent}/reports", agents::report),
     ]
 }
 

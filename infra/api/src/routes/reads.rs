@@ -1,5 +1,5 @@
-//! Reading: health, an application's status and its events. Any scope of
-//! the application may read.
+//! Reading: health, an application's status and its events, the agents'
+//! last contact. Any scope of the application may read.
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -11,7 +11,9 @@ use vergence_model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceNa
 
 use super::{parse_name, path_error, query_error};
 use crate::auth::authenticate;
-use crate::wire::{EventsResponse, Health, InstanceView, StatusResponse};
+use crate::wire::{
+    AgentView, AgentsResponse, EventsResponse, Health, InstanceView, StatusResponse,
+};
 use crate::{ApiError, ApiState};
 
 /// Events answered when no limit is given (the CLI's default too).
@@ -90,6 +92,32 @@ pub(super) async fn status(
     }
     Ok(Json(StatusResponse {
         instances: records.iter().map(InstanceView::of).collect(),
+        agents: agent_views(&api).await?,
+    }))
+}
+
+async fn agent_views(api: &ApiState) -> Result<Vec<AgentView>, ApiError> {
+    let now = api.clock.now();
+    Ok(api
+        .store
+        .list_agents()
+        .await?
+        .iter()
+        .map(|agent| AgentView::of(agent, now))
+        .collect())
+}
+
+/// `GET /v1/agents`: every agent that ever called and its last contact.
+/// Any application token may read it; an agent's token may not (it sees
+/// only its own work).
+pub(super) async fn agents(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Json<AgentsResponse>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    caller.require_application()?;
+    Ok(Json(AgentsResponse {
+        agents: agent_views(&api).await?,
     }))
 }
 

@@ -59,7 +59,8 @@ async fn every_documented_operation_reaches_a_handler() {
             .replace("{app}", "shop")
             .replace("{service}", "web")
             .replace("{rc}", "prod")
-            .replace("{name}", "high-error-rate");
+            .replace("{name}", "high-error-rate")
+            .replace("{agent}", "prod-eu");
         let method: Method = method.parse().unwrap();
         let reply = api.send(request(method.clone(), &uri, None, None)).await;
         let expected = if path == "/v1/healthz" {
