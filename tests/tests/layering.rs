@@ -96,8 +96,30 @@ fn runners_and_the_api_do_not_depend_on_the_compiler() {
     for manifest in [
         "runtimes/local/Cargo.toml",
         "runtimes/container/Cargo.toml",
+        "runtimes/kubernetes/Cargo.toml",
+        "runtimes/agent/Cargo.toml",
         "infra/api/Cargo.toml",
     ] {
         assert_none(manifest, &["vergence-compiler"]);
     }
+}
+
+#[test]
+fn only_the_agent_talks_to_kubernetes() {
+    // The Vergence side of the kubernetes runner holds no cluster client:
+    // every call to a cluster is the agent's, made from inside it.
+    assert_none("runtimes/kubernetes/Cargo.toml", OUTSIDE_WORLD);
+    assert_none("runtimes/kubernetes/Cargo.toml", &["vergence-engine"]);
+    // The agent knows the protocol (the model), not Vergence's insides.
+    assert_none(
+        "runtimes/agent/Cargo.toml",
+        &[
+            "vergence-engine",
+            "vergence-embedded",
+            "vergence-aws",
+            "vergence-api",
+            "vergence-runner",
+            "vergence-container",
+        ],
+    );
 }

@@ -1,0 +1,264 @@
+//! The pieces of the end-to-end tests: the server as `vergence serve` wires
+//! it, an agent process, and waiting for things to happen.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use vergence_api::{ApiConfig, ApiState, create_token, router};
+use vergence_compiler::YamlCompiler;
+use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
+use vergence_engine::control::Control;
+use vergence_engine::{Engine, JobCompletion, RunnerRouter};
+use vergence_model::ports::{ArtifactStore, Clock, StateStore, SystemClock};
+use vergence_model::{Event, InstanceKey, RunnerKind, Scope, TokenSubject};
+use vergence_runner_kubernetes::{AgentJobs, AgentRunner};
+use vergence_runner_local::LocalRunner;
+
+/// Retries `probe` every 200 ms until it answers, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(started.elapsed() < limit, "nothing after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A kubeconfig for the fake cluster, as a user's would point at theirs.
+pub fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]
+users: [{{name: fake, user: {{}}}}]
+contexts: [{{name: fake, context: {{cluster: fake, user: fake, namespace: default}}}}]
+current-context: fake
+"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+struct Quiet;
+
+impl Progress for Quiet {
+    fn events(&self, _: &[Event]) {}
+    fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error) {
+        eprintln!("step of {key} failed: {error}");
+    }
+}
+
+/// The API and the engine over one state file, wired as `vergence serve`
+/// wires them; stops when dropped.
+pub struct Server {
+    pub url: String,
+    store: Arc<dyn StateStore>,
+    http: reqwest::Client,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+impl Server {
+    pub async fn start(dir: &Path) -> Self {
+        let store: Arc<dyn StateStore> =
+            Arc::new(SqliteStore::open(&dir.join("state.db")).unwrap());
+        let artifacts: Arc<dyn ArtifactStore> =
+            Arc::new(DirArtifactStore::new(dir.join("artifacts")));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let queue = Arc::new(LocalQueue::new(clock.clone()));
+        let control = Control::new(
+            store.clone(),
+            queue.clone(),
+            clock.clone(),
+            Arc::new(YamlCompiler),
+        );
+        let sink = Arc::new(JobCompletion::new(
+            store.clone(),
+            queue.clone(),
+            clock.clone(),
+        ));
+        let runners = RunnerRouter::new("the test server")
+            .with(
+                RunnerKind::Local,
+                Arc::new(LocalRunner::new(sink.clone(), artifacts.clone(), 2)),
+            )
+            .with(
+                RunnerKind::Kubernetes,
+                Arc::new(AgentRunner::new(store.clone(), clock.clone())),
+            );
+        let engine = Engine::new(store.clone(), queue.clone(), runners, clock.clone());
+        let driver = Driver::new(engine, store.clone(), queue.clone(), clock.clone(), 4);
+        let agents = AgentJobs::new(store.clone(), artifacts, sink, queue.clone(), clock.clone());
+        let api = router(
+            ApiState::new(
+                Arc::new(control),
+                store.clone(),
+                clock,
+                ApiConfig::default(),
+            )
+            .with_agents(Arc::new(agents)),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let wait = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let serving = wait(stopped.clone());
+        tokio::spawn(async move {
+            axum::serve(listener, api)
+                .with_graceful_shutdown(serving)
+                .await
+                .unwrap();
+        });
+        let driving = wait(stopped);
+        tokio::spawn(async move {
+            driver
+                .run(DriveMode::Forever, Arc::new(Quiet), driving)
+                .await
+                .unwrap();
+        });
+        Self {
+            url,
+            store,
+            http: reqwest::Client::new(),
+            stop,
+        }
+    }
+
+    pub async fn agent_token(&self, agent: &str) -> String {
+        let subject = TokenSubject::Agent(agent.parse().unwrap());
+        create_token(
+            self.store.as_ref(),
+            &subject,
+            &[],
+            None,
+            "test",
+            &SystemClock,
+        )
+        .await
+        .unwrap()
+        .1
+    }
+
+    pub async fn admin_token(&self) -> String {
+        let subject = TokenSubject::Application("shop".parse().unwrap());
+        create_token(
+            self.store.as_ref(),
+            &subject,
+            &[Scope::Admin],
+            None,
+            "test",
+            &SystemClock,
+        )
+        .await
+        .unwrap()
+        .1
+    }
+
+    /// Calls the API; answers the status and the JSON body.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.url))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn push_config(&self, yaml: &str) {
+        let token = self.admin_token().await;
+        let body = json!({"files": {"shop.yaml": yaml}});
+        let (status, answer) = self.call("POST", "/v1/configs", &token, Some(&body)).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+
+    pub async fn status(&self) -> Value {
+        let token = self.admin_token().await;
+        let (status, answer) = self
+            .call("GET", "/v1/applications/shop/status", &token, None)
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        answer
+    }
+
+    /// Waits until `count` instances are converged.
+    pub async fn await_converged(&self, count: usize, limit: Duration) {
+        let started = std::time::Instant::now();
+        loop {
+            let status = self.status().await;
+            let instances = status["instances"].as_array().unwrap();
+            if instances.len() == count && instances.iter().all(|i| i["status"] == "CONVERGED") {
+                return;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "not converged after {limit:?}: {status:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// A `vergence-agent` process; killed (SIGKILL, as a node failure would)
+/// when dropped.
+pub struct Agent(Child);
+
+impl Agent {
+    pub fn start(server: &Server, kubeconfig: &Path, name: &str, token: &str) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_vergence-agent"))
+            .args([
+                "--api-url",
+                &server.url,
+                "--agent",
+                name,
+                "--poll-wait-seconds",
+                "2",
+            ])
+            .env("VERGENCE_AGENT_TOKEN", token)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "vergence_agent=debug,info")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    pub fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
