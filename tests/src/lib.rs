@@ -127,6 +127,8 @@ impl Harness {
                 dynamodb,
                 sqs: sqs.clone(),
                 s3,
+                ecs: aws_sdk_ecs::Client::new(&sdk_config(sqs_url).await),
+                logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
             },
             DeploymentConfig {
                 table,
