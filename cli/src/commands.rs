@@ -9,12 +9,12 @@ use anyhow::{Context, Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
-use vergence_engine::{Engine, JobCompletion, RunnerRouter};
+use vergence_engine::{Engine, JobCompletion};
 use vergence_model::ConfigBundle;
 use vergence_model::ports::{
     ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
-use vergence_model::{EventFilter, InstanceKey, RunnerKind, Status};
+use vergence_model::{EventFilter, InstanceKey, Status};
 use vergence_runner_local::LocalRunner;
 
 use crate::args::{
@@ -500,13 +500,12 @@ fn local_driver(local: &Local, runners: &crate::args::RunnerArgs, deployment: &s
         local.queue.clone(),
         local.clock.clone(),
     ));
-    let runners = RunnerRouter::new(deployment).with(
-        RunnerKind::Local,
-        Arc::new(
-            LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
-                .with_container_engine(runners.container_engine),
-        ),
+    let local_runner = Arc::new(
+        LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
+            .with_container_engine(runners.container_engine),
     );
+    let runners =
+        crate::runners::router(runners, deployment, local_runner, local.artifacts.clone());
     let engine = Engine::new(
         local.store.clone(),
         local.queue.clone(),

@@ -127,11 +127,8 @@ impl Deployment {
     /// Jobs of `runner: cloudRun` runtimes go to Cloud Run through
     /// `clients`.
     pub fn with_cloud_run(self, clients: CloudRunClients) -> Self {
-        let runner = CloudRunRunner::new(
-            clients,
-            self.artifacts.clone(),
-            CloudRunSettings::default(),
-        );
+        let runner =
+            CloudRunRunner::new(clients, self.artifacts.clone(), CloudRunSettings::default());
         Self {
             cloud_run: Ok(Arc::new(runner)),
             ..self

@@ -14,10 +14,7 @@ pub enum CloudRunError {
 
     /// A credential configuration given as text is not one.
     #[error("the Google credential configuration {source_name} is invalid: {reason}")]
-    CredentialConfig {
-        source_name: String,
-        reason: String,
-    },
+    CredentialConfig { source_name: String, reason: String },
 
     /// A client could not be built.
     #[error("cannot build the {client} client: {source}")]

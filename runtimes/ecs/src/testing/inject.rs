@@ -8,15 +8,14 @@
 //! interceptors are synchronous, so it is read with `block_in_place`:
 //! tests that inject run on the multi-threaded runtime.
 
-
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_ecs::config::interceptors::BeforeDeserializationInterceptorContextMut;
 use aws_sdk_ecs::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ecs::error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::byte_stream::ByteStream;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use serde_json::{Value, json};
 
 /// How the `job` container of a stopped task ended, as ECS would say.

@@ -10,7 +10,11 @@
 //! moto cannot reach.
 
 // Test support unwraps: a panic here is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_debug_implementations)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_debug_implementations
+)]
 
 mod inject;
 
@@ -18,13 +22,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{EcsClients, EcsRunner, EcsSettings};
 use aws_config::SdkConfig;
 use aws_sdk_ecs::types::Task;
 use jiff::Timestamp;
 use vergence_aws::S3ArtifactStore;
 use vergence_aws::testing::{SQS_URL, endpoint, fresh_bucket, sdk_config, unique_name};
 use vergence_model::{EcsRunnerSpec, JobHandle, JobRecord};
-use crate::{EcsClients, EcsRunner, EcsSettings};
 
 pub use inject::{Injector, StoppedAs};
 

@@ -122,4 +122,3 @@ pub async fn act_as_wrapper(
         put(urls[*name].clone(), content.to_vec()).await;
     }
 }
-

@@ -15,9 +15,7 @@ use vergence_model::{
     ApplicationName, ProtectionName, ReleaseChannelName, RuntimeName, ServiceName,
 };
 
-pub use runner::{
-    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc,
-};
+pub use runner::{CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc};
 
 /// A document: exactly one top-level kind.
 #[derive(Debug, Deserialize)]
