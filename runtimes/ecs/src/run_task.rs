@@ -39,8 +39,9 @@ pub fn check_job_id(job: &JobRecord) -> Result<(), EcsError> {
     Ok(())
 }
 
-/// The overrides of the `job` container: the command (when the runtime
-/// gives one; the image's own otherwise) and every plain variable.
+/// The overrides of the `job` container: the program's arguments (the
+/// program itself is the task definition's entrypoint) and every plain
+/// variable.
 /// Fails when they exceed what RunTask takes.
 pub fn overrides(launch: &Launch) -> Result<TaskOverride, EcsError> {
     let size = overrides_size(launch);
@@ -57,12 +58,17 @@ pub fn overrides(launch: &Launch) -> Result<TaskOverride, EcsError> {
         .collect();
     let container = ContainerOverride::builder()
         .name(CONTAINER)
-        .set_command(Some(launch.command.clone()).filter(|c| !c.is_empty()))
+        .set_command(Some(arguments(launch)).filter(|c| !c.is_empty()))
         .set_environment(Some(environment))
         .build();
     Ok(TaskOverride::builder()
         .container_overrides(container)
         .build())
+}
+
+/// What follows the program in the job's command.
+fn arguments(launch: &Launch) -> Vec<String> {
+    launch.command.get(1..).unwrap_or_default().to_vec()
 }
 
 /// The overrides as ECS counts them: their JSON.
@@ -75,7 +81,7 @@ fn overrides_size(launch: &Launch) -> usize {
     serde_json::json!({
         "containerOverrides": [{
             "name": CONTAINER,
-            "command": launch.command,
+            "command": arguments(launch),
             "environment": environment,
         }]
     })
@@ -191,7 +197,7 @@ mod tests {
     fn launch(env: &[(&str, &str)]) -> Launch {
         Launch {
             image: "deploy:1".into(),
-            command: vec!["./check.sh".into()],
+            command: vec!["./check.sh".into(), "--quick".into()],
             env: env
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -205,7 +211,9 @@ mod tests {
         let overrides = overrides(&launch(&[("A", "1"), ("VERGENCE_JOB_ID", "fetch-1")])).unwrap();
         let container = &overrides.container_overrides()[0];
         assert_eq!(container.name(), Some("job"));
-        assert_eq!(container.command(), ["./check.sh"]);
+        // The program is the definition's entrypoint; only its arguments
+        // go per task.
+        assert_eq!(container.command(), ["--quick"]);
         let env: Vec<_> = container
             .environment()
             .iter()

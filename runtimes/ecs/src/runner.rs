@@ -138,7 +138,8 @@ impl EcsRunner {
             &placement.region,
             &launch.image,
             &launch.secrets,
-        )?;
+        )?
+        .running(&launch.command);
         let family = definition.family();
         let task_definition = self
             .task_definitions

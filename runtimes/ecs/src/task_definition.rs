@@ -6,7 +6,13 @@
 //! Secrets are part of it because ECS takes them only in the task
 //! definition (`secrets[].valueFrom`, resolved by ECS with the execution
 //! role when the task starts), never per RunTask; everything else that
-//! varies per job (command, plain environment) is a RunTask override.
+//! varies per job (the command's arguments, plain environment) is a RunTask
+//! override.
+//!
+//! Every runner runs a program's `cmd` in place of the image's entrypoint
+//! (as `docker run --entrypoint` and a Kubernetes `command` do), so one
+//! config means the same on each. RunTask cannot override an entrypoint,
+//! so `cmd[0]` is part of the definition and the rest goes per job.
 
 use std::collections::BTreeMap;
 
@@ -28,13 +34,16 @@ pub const STREAM_PREFIX: &str = "vergence";
 
 /// Bumped when the shape of the registered task definition changes, so
 /// that jobs move to definitions of the new shape.
-const LAYOUT: u32 = 1;
+const LAYOUT: u32 = 2;
 
 /// Everything a task definition holds; its hash is the family name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskDefinitionSpec {
     layout: u32,
     pub image: String,
+    /// The program (`cmd[0]`), in place of the image's entrypoint; `None`
+    /// runs the image's own.
+    pub entry_point: Option<String>,
     pub cpu: u32,
     pub memory: u32,
     pub task_role_arn: Option<String>,
@@ -59,6 +68,7 @@ impl TaskDefinitionSpec {
         Ok(Self {
             layout: LAYOUT,
             image: image.to_owned(),
+            entry_point: None,
             cpu: spec.cpu,
             memory: spec.memory,
             task_role_arn: spec.task_role_arn.clone(),
@@ -67,6 +77,13 @@ impl TaskDefinitionSpec {
             log_region: region.to_owned(),
             secrets: value_from(secrets)?,
         })
+    }
+
+    /// The definition that runs `command`'s program (its first word) as
+    /// the container's entrypoint.
+    pub fn running(mut self, command: &[String]) -> Self {
+        self.entry_point = command.first().cloned();
+        self
     }
 
     /// `vergence-` and 12 hex digits of the SHA-256 of every field.
@@ -79,6 +96,7 @@ impl TaskDefinitionSpec {
         };
         field(&self.layout.to_string());
         field(&self.image);
+        field(self.entry_point.as_deref().unwrap_or(""));
         field(&self.cpu.to_string());
         field(&self.memory.to_string());
         field(self.task_role_arn.as_deref().unwrap_or(""));
@@ -114,6 +132,7 @@ impl TaskDefinitionSpec {
         Ok(ContainerDefinition::builder()
             .name(CONTAINER)
             .image(&self.image)
+            .set_entry_point(self.entry_point.clone().map(|program| vec![program]))
             .essential(true)
             .memory(i32::try_from(self.memory).unwrap_or(i32::MAX))
             .log_configuration(log_configuration)

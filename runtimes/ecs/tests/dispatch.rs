@@ -19,8 +19,9 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
         return;
     };
     let runner = moto.runner();
-    let fetch = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]);
-    let apply = moto.job(JobKind::Apply, "deploy-tools:1.4.0", &["./deploy.sh"]);
+    // One program (the definition's entrypoint), other arguments.
+    let fetch = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["deploy", "check"]);
+    let apply = moto.job(JobKind::Apply, "deploy-tools:1.4.0", &["deploy", "apply"]);
     let (_, first) = dispatch(&runner, &fetch).await;
     let (_, second) = dispatch(&runner, &apply).await;
     let definition = moto
@@ -48,7 +49,7 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
     let fresh = moto.runner();
     let (_, third) = dispatch(
         &fresh,
-        &moto.job(JobKind::GetInfo, "deploy-tools:1.4.0", &["./info.sh"]),
+        &moto.job(JobKind::GetInfo, "deploy-tools:1.4.0", &["deploy", "info"]),
     )
     .await;
     assert_eq!(
@@ -67,11 +68,21 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
     // Another image is another task definition.
     let (_, other) = dispatch(
         &runner,
-        &moto.job(JobKind::Fetch, "deploy-tools:1.5.0", &["./check.sh"]),
+        &moto.job(JobKind::Fetch, "deploy-tools:1.5.0", &["deploy", "check"]),
     )
     .await;
     assert_ne!(
         moto.task(&other).await.task_definition_arn(),
+        Some(definition.as_str())
+    );
+    // So is another program: RunTask cannot override an entrypoint.
+    let (_, script) = dispatch(
+        &runner,
+        &moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]),
+    )
+    .await;
+    assert_ne!(
+        moto.task(&script).await.task_definition_arn(),
         Some(definition.as_str())
     );
 
@@ -129,7 +140,9 @@ async fn run_task_carries_the_command_env_and_secrets_as_valuefrom() {
     assert_eq!(subnet, Some(moto.subnet.as_str()));
     let container = &task.overrides().unwrap().container_overrides()[0];
     assert_eq!(container.name(), Some("job"));
-    assert_eq!(container.command(), ["./deploy.sh", "--env", "prod"]);
+    // `cmd` replaces the image's entrypoint, as on every runner: its
+    // program is the definition's entrypoint, its arguments the command.
+    assert_eq!(container.command(), ["--env", "prod"]);
 
     let env = moto.task_env(&handle).await;
     assert_eq!(env["LOG_LEVEL"], "debug");
@@ -164,6 +177,7 @@ async fn run_task_carries_the_command_env_and_secrets_as_valuefrom() {
     let container = &definition.container_definitions()[0];
     assert_eq!(container.name(), Some("job"));
     assert_eq!(container.image(), Some("deploy-tools:1.4.0"));
+    assert_eq!(container.entry_point(), ["./deploy.sh"]);
     let secrets: Vec<_> = container
         .secrets()
         .iter()
