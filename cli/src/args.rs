@@ -208,6 +208,10 @@ pub struct RunnerArgs {
         value_name = "ENGINE"
     )]
     pub container_engine: ContainerEngine,
+    /// S3 bucket where jobs on ECS and Cloud Run hand files (plans) to the
+    /// next job; without one, such jobs cannot have files.
+    #[arg(long, env = "VERGENCE_ARTIFACT_BUCKET", value_name = "BUCKET")]
+    pub artifact_bucket: Option<String>,
 }
 
 #[derive(Debug, Args)]

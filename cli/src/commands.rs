@@ -10,7 +10,7 @@ use vergence_api::wire::AgentView;
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
-use vergence_engine::{Engine, JobCompletion, RunnerRouter};
+use vergence_engine::{Engine, JobCompletion};
 use vergence_model::ConfigBundle;
 use vergence_model::ports::{
     ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
@@ -517,13 +517,12 @@ fn local_driver(
         local.queue.clone(),
         local.clock.clone(),
     ));
-    let mut runners = RunnerRouter::new(deployment).with(
-        RunnerKind::Local,
-        Arc::new(
-            LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
-                .with_container_engine(runners.container_engine),
-        ),
+    let local_runner = Arc::new(
+        LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
+            .with_container_engine(runners.container_engine),
     );
+    let mut runners =
+        crate::runners::router(runners, deployment, local_runner, local.artifacts.clone());
     if agents {
         runners = runners.with(
             RunnerKind::Kubernetes,

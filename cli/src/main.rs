@@ -5,6 +5,7 @@ mod args;
 mod commands;
 mod output;
 mod remote;
+mod runners;
 
 use std::process::ExitCode;
 

@@ -92,6 +92,26 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         counter: Option<wire::RequestCounter>,
     ) -> Self {
+        Self::build(dynamodb_url, sqs_url, manual, counter, None).await
+    }
+
+    /// Whose ECS jobs go through `ecs` (a client with fault injection).
+    pub async fn start_on_ecs(
+        dynamodb_url: &str,
+        sqs_url: &str,
+        manual: Option<Arc<ManualClock>>,
+        ecs: aws_sdk_ecs::Client,
+    ) -> Self {
+        Self::build(dynamodb_url, sqs_url, manual, None, Some(ecs)).await
+    }
+
+    async fn build(
+        dynamodb_url: &str,
+        sqs_url: &str,
+        manual: Option<Arc<ManualClock>>,
+        counter: Option<wire::RequestCounter>,
+        ecs: Option<aws_sdk_ecs::Client>,
+    ) -> Self {
         let mut dynamodb = dynamodb_client(dynamodb_url).await;
         let table = unique_name("vergence-e2e");
         DynamoStore::create_table(&dynamodb, &table).await.unwrap();
@@ -127,6 +147,11 @@ impl Harness {
                 dynamodb,
                 sqs: sqs.clone(),
                 s3,
+                ecs: match ecs {
+                    Some(ecs) => ecs,
+                    None => aws_sdk_ecs::Client::new(&sdk_config(sqs_url).await),
+                },
+                logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
             },
             DeploymentConfig {
                 table,

@@ -9,6 +9,8 @@ use vergence_aws::{DynamoStore, S3ArtifactStore, SqsQueue};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::Control;
 use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
+use vergence_runner_cloud_run::{CloudRunClients, CloudRunRunner, CloudRunSettings};
+use vergence_runner_ecs::{EcsClients, EcsRunner, EcsSettings};
 
 use crate::LambdaError;
 
@@ -61,6 +63,9 @@ pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub sqs: aws_sdk_sqs::Client,
     pub s3: aws_sdk_s3::Client,
+    /// ECS and CloudWatch Logs, for jobs of `runner: ecs` runtimes.
+    pub ecs: aws_sdk_ecs::Client,
+    pub logs: aws_sdk_cloudwatchlogs::Client,
 }
 
 impl AwsClients {
@@ -74,6 +79,8 @@ impl AwsClients {
             dynamodb: aws_sdk_dynamodb::Client::new(sdk),
             sqs: aws_sdk_sqs::Client::new(sdk),
             s3: aws_sdk_s3::Client::from_conf(s3),
+            ecs: aws_sdk_ecs::Client::new(sdk),
+            logs: aws_sdk_cloudwatchlogs::Client::new(sdk),
         }
     }
 }
@@ -87,7 +94,16 @@ pub struct Deployment {
     pub artifacts: Arc<S3ArtifactStore>,
     pub clock: Arc<dyn Clock>,
     pub config: DeploymentConfig,
+    /// The runners that start jobs off the worker, made once per container
+    /// (they cache what they registered).
+    pub ecs: Arc<EcsRunner>,
+    /// The Cloud Run runner, or why this deployment has none.
+    pub cloud_run: Result<Arc<CloudRunRunner>, String>,
 }
+
+/// The environment variable holding the Google credential configuration
+/// (the stack's `GoogleCredentialConfig` parameter).
+const GOOGLE_CREDENTIAL_CONFIG: &str = "VERGENCE_GOOGLE_CREDENTIAL_CONFIG";
 
 impl Deployment {
     /// Clients from the standard AWS environment (region, credentials, and
@@ -97,7 +113,26 @@ impl Deployment {
         let config = DeploymentConfig::from_env()?;
         let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
         let path_style = std::env::var("VERGENCE_S3_PATH_STYLE").is_ok_and(|v| v == "true");
-        Ok(Self::new(AwsClients::from_sdk(&sdk, path_style), config))
+        let deployment = Self::new(AwsClients::from_sdk(&sdk, path_style), config);
+        let cloud_run = cloud_run_clients().await;
+        Ok(match cloud_run {
+            Ok(clients) => deployment.with_cloud_run(clients),
+            Err(why) => Self {
+                cloud_run: Err(why),
+                ..deployment
+            },
+        })
+    }
+
+    /// Jobs of `runner: cloudRun` runtimes go to Cloud Run through
+    /// `clients`.
+    pub fn with_cloud_run(self, clients: CloudRunClients) -> Self {
+        let runner =
+            CloudRunRunner::new(clients, self.artifacts.clone(), CloudRunSettings::default());
+        Self {
+            cloud_run: Ok(Arc::new(runner)),
+            ..self
+        }
     }
 
     pub fn new(clients: AwsClients, config: DeploymentConfig) -> Self {
@@ -110,18 +145,26 @@ impl Deployment {
         config: DeploymentConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let artifacts = Arc::new(S3ArtifactStore::new(
+            clients.s3,
+            config.artifact_bucket.clone(),
+            "",
+        ));
+        let ecs = EcsRunner::new(
+            EcsClients::new(clients.ecs, clients.logs),
+            artifacts.clone(),
+            EcsSettings::default(),
+        );
         Self {
             store: Arc::new(DynamoStore::new(clients.dynamodb, config.table.clone())),
             queue: Arc::new(
                 SqsQueue::new(clients.sqs, config.queue_url.clone()).with_clock(clock.clone()),
             ),
-            artifacts: Arc::new(S3ArtifactStore::new(
-                clients.s3,
-                config.artifact_bucket.clone(),
-                "",
-            )),
+            artifacts,
             clock,
             config,
+            ecs: Arc::new(ecs),
+            cloud_run: Err(no_google_credentials()),
         }
     }
 
@@ -141,4 +184,30 @@ impl Deployment {
             Arc::new(YamlCompiler),
         )
     }
+}
+
+/// The Cloud Run clients of the environment: the credential configuration
+/// the stack was given, else application-default credentials when
+/// `GOOGLE_APPLICATION_CREDENTIALS` names a file; otherwise why there are
+/// none. A bad configuration leaves only the Cloud Run runner out: ECS and
+/// local jobs go on, and `runner: cloudRun` instances say why they wait.
+async fn cloud_run_clients() -> Result<CloudRunClients, String> {
+    let config = std::env::var(GOOGLE_CREDENTIAL_CONFIG).unwrap_or_default();
+    let built = if !config.trim().is_empty() {
+        CloudRunClients::from_credential_config(GOOGLE_CREDENTIAL_CONFIG, &config).await
+    } else if std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").is_some() {
+        CloudRunClients::from_application_default_credentials().await
+    } else {
+        return Err(no_google_credentials());
+    };
+    built.map_err(|e| {
+        tracing::error!(error = %e, "the Cloud Run runner is unavailable");
+        e.to_string()
+    })
+}
+
+fn no_google_credentials() -> String {
+    format!(
+        "no Google credential configuration was given (the stack parameter GoogleCredentialConfig, {GOOGLE_CREDENTIAL_CONFIG}; docs/runners/cloud-run.md)"
+    )
 }

@@ -1,7 +1,15 @@
 //! The worker: one convergence step per SQS message. Jobs of the local
 //! runner run inside the invocation, bounded well under the function's
 //! deadline, and report through the same path as every asynchronous runner
-//! (the job record, then a message for the instance).
+//! (the job record, then a message for the instance). Jobs of ECS and Cloud
+//! Run runtimes are only started here: the step returns at once, and a later
+//! step reads the result.
+//!
+//! A message is either a work message naming an instance, or an "ECS Task
+//! State Change" event EventBridge puts on the queue when a job's task
+//! stops: the worker steps the instance of that job, which reads the result
+//! from ECS and records it once (a second copy of the event steps an
+//! instance with nothing left to read).
 //!
 //! Failures are reported per message (`ReportBatchItemFailures`): a
 //! retryable error fails only its message, which SQS delivers again; a
@@ -18,8 +26,9 @@ use tracing::{Instrument, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
-use vergence_model::ports::Runner;
+use vergence_model::ports::{JobStore, Runner};
 use vergence_model::{InstanceKey, JobHandle, JobRecord, RunnerKind};
+use vergence_runner_ecs::task_state_change;
 use vergence_runner_kubernetes::AgentRunner;
 use vergence_runner_local::LocalRunner;
 
@@ -89,9 +98,14 @@ impl Worker {
             }),
         };
         let agents = AgentRunner::new(self.deployment.state(), self.deployment.clock.clone());
-        let runners = RunnerRouter::new("the worker function")
+        let mut runners = RunnerRouter::new("the worker function")
             .with(RunnerKind::Local, runner)
+            .with(RunnerKind::Ecs, self.deployment.ecs.clone())
             .with(RunnerKind::Kubernetes, Arc::new(agents));
+        runners = match &self.deployment.cloud_run {
+            Ok(cloud_run) => runners.with(RunnerKind::CloudRun, cloud_run.clone()),
+            Err(why) => runners.without(RunnerKind::CloudRun, why.clone()),
+        };
         let engine = Engine::new(
             self.deployment.state(),
             self.deployment.work(),
@@ -121,15 +135,19 @@ impl Worker {
     async fn handle_message(&self, engine: &Engine, message: &SqsMessage) -> Disposition {
         let id = message.message_id.as_deref().unwrap_or_default();
         let body = message.body.as_deref().unwrap_or_default();
-        let work = match WorkMessage::parse(body) {
-            Ok(work) => work,
-            Err(e) => {
-                // Nothing names an instance: retrying cannot help.
-                error!(message_id = %id, error = %e, "dropping a malformed work message");
-                return Disposition::Done;
-            }
+        let key = match WorkMessage::parse(body) {
+            Ok(work) => work.instance,
+            Err(e) => match self.task_stopped(id, body).await {
+                Ok(Some(key)) => key,
+                Ok(None) => return Disposition::Done,
+                Err(Disposition::Redeliver) => return Disposition::Redeliver,
+                Err(Disposition::Done) => {
+                    // Nothing names an instance: retrying cannot help.
+                    error!(message_id = %id, error = %e, "dropping a malformed work message");
+                    return Disposition::Done;
+                }
+            },
         };
-        let key = work.instance;
         // Every line logged for this message, down to the adapters' spans,
         // carries the instance it is about.
         let span = info_span!(
@@ -142,6 +160,34 @@ impl Worker {
         self.step_instance(engine, message, key)
             .instrument(span)
             .await
+    }
+
+    /// The instance whose job's task an ECS event says stopped. `Ok(None)`:
+    /// an event to pass over (a task Vergence did not start, one still on
+    /// its way, a job this deployment does not know). `Err(Done)`: not an
+    /// ECS event at all; `Err(Redeliver)`: the job could not be read now.
+    async fn task_stopped(&self, id: &str, body: &str) -> Result<Option<InstanceKey>, Disposition> {
+        let change = match task_state_change(body) {
+            Ok(Some(change)) if change.is_stopped() => change,
+            Ok(_) => return Ok(None),
+            Err(_) => return Err(Disposition::Done),
+        };
+        match self.deployment.store.as_ref().get_job(&change.job).await {
+            Ok(Some(job)) => {
+                info!(message_id = %id, job = %change.job, task = %change.task.as_str(), "a job's task stopped");
+                Ok(Some(job.instance))
+            }
+            Ok(None) => {
+                // Another deployment's job on a shared cluster, or one
+                // whose record has expired.
+                info!(message_id = %id, job = %change.job, "passing over a stopped task of an unknown job");
+                Ok(None)
+            }
+            Err(e) => {
+                warn!(message_id = %id, job = %change.job, error = %e, "could not read the job of a stopped task");
+                Err(Disposition::Redeliver)
+            }
+        }
     }
 
     async fn step_instance(

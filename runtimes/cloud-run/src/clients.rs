@@ -50,6 +50,39 @@ impl CloudRunClients {
         Self::build(None, credentials).await
     }
 
+    /// Clients for the public Google endpoints with the credentials of a
+    /// credential configuration given as JSON text (the serverless
+    /// deployment's `GoogleCredentialConfig` parameter): an external
+    /// account, typically workload identity federation from the worker's
+    /// AWS role. `source_name` says where the text came from, for errors.
+    pub async fn from_credential_config(
+        source_name: &str,
+        json: &str,
+    ) -> Result<Self, CloudRunError> {
+        let invalid = |reason: String| CloudRunError::CredentialConfig {
+            source_name: source_name.to_owned(),
+            reason,
+        };
+        let config: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        // Only a configuration without secrets belongs in a stack
+        // parameter; a service account key would be readable by anyone
+        // who can describe the stack.
+        match config.get("type").and_then(|t| t.as_str()) {
+            Some("external_account") => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "its type is {other:?}; only an \"external_account\" (workload identity federation) configuration, which holds no key, is accepted here"
+                )));
+            }
+            None => return Err(invalid("it has no \"type\"".into())),
+        }
+        let credentials = credentials::external_account::Builder::new(config)
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        Self::build(None, credentials).await
+    }
+
     /// Clients that send both APIs to `endpoint` (an emulator or a test
     /// fake), with `credentials` (anonymous ones for a fake).
     pub async fn at_endpoint(

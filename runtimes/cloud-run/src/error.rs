@@ -12,6 +12,10 @@ pub enum CloudRunError {
     )]
     Credentials(#[source] google_cloud_auth::build_errors::Error),
 
+    /// A credential configuration given as text is not one.
+    #[error("the Google credential configuration {source_name} is invalid: {reason}")]
+    CredentialConfig { source_name: String, reason: String },
+
     /// A client could not be built.
     #[error("cannot build the {client} client: {source}")]
     Client {

@@ -18,6 +18,9 @@ use vergence_model::{Error, JobHandle, JobRecord, Result, RunnerKind, RunnerSpec
 #[derive(Clone, Default)]
 pub struct RunnerRouter {
     runners: BTreeMap<RunnerKind, Arc<dyn Runner>>,
+    /// Kinds this deployment knows it cannot run, and why (a runner whose
+    /// credentials are missing): said instead of the generic hint.
+    absent: BTreeMap<RunnerKind, String>,
     /// What this deployment is, for reasons ("`vergence up`", "the worker
     /// function").
     deployment: String,
@@ -38,6 +41,7 @@ impl RunnerRouter {
     pub fn new(deployment: impl Into<String>) -> Self {
         Self {
             runners: BTreeMap::new(),
+            absent: BTreeMap::new(),
             deployment: deployment.into(),
         }
     }
@@ -45,6 +49,13 @@ impl RunnerRouter {
     /// Routes jobs of `kind` to `runner`.
     pub fn with(mut self, kind: RunnerKind, runner: Arc<dyn Runner>) -> Self {
         self.runners.insert(kind, runner);
+        self
+    }
+
+    /// Jobs of `kind` cannot run here because of `why`.
+    pub fn without(mut self, kind: RunnerKind, why: impl Into<String>) -> Self {
+        self.runners.remove(&kind);
+        self.absent.insert(kind, why.into());
         self
     }
 
@@ -61,6 +72,9 @@ impl RunnerRouter {
     }
 
     fn missing(&self, kind: RunnerKind) -> String {
+        if let Some(why) = self.absent.get(&kind) {
+            return format!("{} cannot run {kind} jobs: {why}", self.deployment);
+        }
         let hint = match kind {
             RunnerKind::Kubernetes => {
                 "Kubernetes jobs run through vergence-agent, which connects to `vergence serve` or the api function"
@@ -139,6 +153,21 @@ mod tests {
             "{reason}"
         );
         assert!(reason.contains("it runs: local"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_runner_left_out_says_why_in_its_reason_and_its_error() {
+        let router = RunnerRouter::new("the worker function")
+            .with(RunnerKind::Local, Arc::new(Refusing))
+            .without(RunnerKind::Ecs, "no credentials");
+        let Availability::Unavailable(reason) = router.availability(&ecs()).await else {
+            panic!("ecs is left out");
+        };
+        assert_eq!(
+            reason,
+            "the worker function cannot run ecs jobs: no credentials"
+        );
+        assert_eq!(router.kinds(), [RunnerKind::Local]);
     }
 
     #[tokio::test]

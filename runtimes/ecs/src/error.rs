@@ -1,0 +1,164 @@
+//! The crate's one error type. Every variant names the ECS or CloudWatch
+//! Logs operation that failed and what it was about (cluster, task, task
+//! definition family, log stream); at the `Runner` port it becomes
+//! `vergence_model::Error::Runner { runner: "ecs", .. }`.
+
+use aws_sdk_ecs::error::{
+    BoxError, BuildError, DisplayErrorContext, ProvideErrorMetadata, SdkError,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EcsError {
+    /// The job was routed here but names another runner.
+    #[error("job {job} is for the {runner} runner, not ecs")]
+    NotAnEcsJob { job: String, runner: &'static str },
+
+    /// ECS keeps at most 36 characters of `startedBy`, which is how the
+    /// runner finds a job's task again.
+    #[error("job id {job} is {len} characters; ECS's startedBy holds at most 36")]
+    JobIdTooLong { job: String, len: usize },
+
+    /// Neither the runner settings nor the client name a region.
+    #[error(
+        "no region for cluster {cluster}: set `region` in the runtime's ecs runner, or give Vergence's AWS clients a region"
+    )]
+    NoRegion { cluster: String },
+
+    /// The job cannot run in a container (no image, no artifact URLs).
+    #[error("{message}")]
+    Launch { message: String },
+
+    /// A secret comes from a store ECS cannot read.
+    #[error(
+        "secret variable {variable} comes from {origin}, which ECS tasks cannot read; give it an AWS Secrets Manager secret or an SSM parameter"
+    )]
+    UnreadableSecret { variable: String, origin: String },
+
+    /// RunTask takes at most 8 KiB of overrides (command and environment).
+    #[error(
+        "the job's command and environment come to {size} characters of RunTask overrides; ECS takes at most {limit} (the artifact URLs count too: fewer declared outputs or inputs help)"
+    )]
+    OverridesTooLarge { size: usize, limit: usize },
+
+    /// A request could not be put together (a required field was missing).
+    #[error("{operation}: cannot build the request: {source}")]
+    BuildRequest {
+        operation: &'static str,
+        #[source]
+        source: BuildError,
+    },
+
+    #[error("DescribeTaskDefinition of family {family} failed: {detail}")]
+    DescribeTaskDefinition {
+        family: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("RegisterTaskDefinition of family {family} failed: {detail}")]
+    RegisterTaskDefinition {
+        family: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("ListTasks of job {job} in cluster {cluster} failed: {detail}")]
+    ListTasks {
+        cluster: String,
+        job: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("RunTask of family {family} in cluster {cluster} failed: {detail}")]
+    RunTask {
+        cluster: String,
+        family: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    /// RunTask answered, but started nothing (`failures[]`: no capacity,
+    /// a missing cluster, a bad subnet).
+    #[error("RunTask of family {family} in cluster {cluster} started no task: {reasons}")]
+    RunTaskRefused {
+        cluster: String,
+        family: String,
+        reasons: String,
+    },
+
+    #[error("DescribeTasks of task {task} in cluster {cluster} failed: {detail}")]
+    DescribeTasks {
+        cluster: String,
+        task: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("StopTask of task {task} in cluster {cluster} failed: {detail}")]
+    StopTask {
+        cluster: String,
+        task: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("GetLogEvents of stream {stream} in log group {group} failed: {detail}")]
+    GetLogEvents {
+        group: String,
+        stream: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    /// The job's streams or outputs could not be read from the artifact store.
+    #[error("reading the artifacts of job {job} failed: {source}")]
+    Artifacts {
+        job: String,
+        #[source]
+        source: vergence_model::Error,
+    },
+
+    /// A queue message is not an ECS task state change event.
+    #[error("not an ECS task state change event: {reason}")]
+    InvalidEvent { reason: String },
+}
+
+/// What an SDK error says, in one line: the service's code and message, or
+/// the whole chain for failures that never reached the service.
+pub(crate) fn describe<E, R>(error: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match error.as_service_error() {
+        Some(service) => format!(
+            "{}: {}",
+            service.code().unwrap_or("error"),
+            service.message().unwrap_or("(no message)")
+        ),
+        None => DisplayErrorContext(error).to_string(),
+    }
+}
+
+impl EcsError {
+    pub(crate) fn build(operation: &'static str) -> impl Fn(BuildError) -> Self {
+        move |source| EcsError::BuildRequest { operation, source }
+    }
+}
+
+impl From<EcsError> for vergence_model::Error {
+    fn from(error: EcsError) -> Self {
+        vergence_model::Error::Runner {
+            runner: "ecs".to_owned(),
+            message: error.to_string(),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Fault injection at the wire: an SDK interceptor on the runner's ECS
+//! client that rewrites moto's HTTP responses before the client parses
+//! them, for what moto cannot do (a task that exits non-zero, an image that
+//! cannot be pulled, ECS refusing or deduplicating a RunTask, a task ECS no
+//! longer knows). The real client deserialises the rewritten body.
+//!
+//! The response body is still streaming when the interceptor runs, and
+//! interceptors are synchronous, so it is read with `block_in_place`:
+//! tests that inject run on the multi-threaded runtime.
+
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_ecs::config::interceptors::BeforeDeserializationInterceptorContextMut;
+use aws_sdk_ecs::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_ecs::error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::byte_stream::ByteStream;
+use serde_json::{Value, json};
+
+/// How the `job` container of a stopped task ended, as ECS would say.
+#[derive(Clone, Debug, Default)]
+pub struct StoppedAs {
+    pub exit_code: Option<i32>,
+    pub stop_code: Option<String>,
+    pub stopped_reason: Option<String>,
+    pub container_reason: Option<String>,
+}
+
+impl StoppedAs {
+    /// The container exited with `code`, as ECS reports a finished job.
+    pub fn exited(code: i32) -> Self {
+        Self {
+            exit_code: Some(code),
+            stop_code: Some("EssentialContainerExited".into()),
+            stopped_reason: Some("Essential container in task exited".into()),
+            container_reason: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Rewrite {
+    /// DescribeTasks: once the task of `job` is STOPPED, it ended so.
+    Stopped { job: String, as_: StoppedAs },
+    /// RunTask: a ConflictException for the client token, naming `task`.
+    RunTaskConflict { task: String },
+    /// RunTask: ECS answers with `failures[]` and no task.
+    RunTaskFailure { reason: String },
+    /// StopTask: the task is not found.
+    StopTaskNotFound,
+}
+
+/// The interceptor; clones share their rewrites.
+#[derive(Clone, Debug, Default)]
+pub struct Injector {
+    rewrites: Arc<Mutex<Vec<Rewrite>>>,
+}
+
+impl Injector {
+    pub fn stopped(&self, job: &str, as_: StoppedAs) {
+        self.push(Rewrite::Stopped {
+            job: job.to_owned(),
+            as_,
+        });
+    }
+
+    pub fn run_task_conflict(&self, task: &str) {
+        self.push(Rewrite::RunTaskConflict {
+            task: task.to_owned(),
+        });
+    }
+
+    pub fn run_task_failure(&self, reason: &str) {
+        self.push(Rewrite::RunTaskFailure {
+            reason: reason.to_owned(),
+        });
+    }
+
+    pub fn stop_task_not_found(&self) {
+        self.push(Rewrite::StopTaskNotFound);
+    }
+
+    fn push(&self, rewrite: Rewrite) {
+        self.rewrites.lock().unwrap().push(rewrite);
+    }
+
+    fn rewrites(&self) -> Vec<Rewrite> {
+        self.rewrites.lock().unwrap().clone()
+    }
+}
+
+impl Intercept for Injector {
+    fn name(&self) -> &'static str {
+        "ecs-wire-injector"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // The request is gone by now (sent); the operation's name stays.
+        let operation = cfg
+            .load::<Metadata>()
+            .map(|m| m.name().to_owned())
+            .unwrap_or_default();
+        let rewrites = self.rewrites();
+        let relevant = rewrites.iter().any(|r| applies(r, &operation));
+        if !relevant {
+            return Ok(());
+        }
+        let response = context.response_mut();
+        let body = response.take_body();
+        let bytes = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(ByteStream::new(body).collect())
+        })?
+        .into_bytes();
+        let mut body: Value = serde_json::from_slice(&bytes)?;
+        let mut status = response.status().as_u16();
+        for rewrite in rewrites.iter().filter(|r| applies(r, &operation)) {
+            status = rewrite_body(rewrite, &mut body).unwrap_or(status);
+        }
+        let text = body.to_string();
+        *response.status_mut() = status.try_into()?;
+        response.headers_mut().remove("content-length");
+        *response.body_mut() = SdkBody::from(text);
+        Ok(())
+    }
+}
+
+fn applies(rewrite: &Rewrite, operation: &str) -> bool {
+    matches!(
+        (rewrite, operation),
+        (Rewrite::Stopped { .. }, "DescribeTasks")
+            | (
+                Rewrite::RunTaskConflict { .. } | Rewrite::RunTaskFailure { .. },
+                "RunTask"
+            )
+            | (Rewrite::StopTaskNotFound, "StopTask")
+    )
+}
+
+/// Applies one rewrite; returns the HTTP status it sets, if any.
+fn rewrite_body(rewrite: &Rewrite, body: &mut Value) -> Option<u16> {
+    match rewrite {
+        Rewrite::Stopped { job, as_ } => {
+            let tasks = body["tasks"].as_array_mut()?;
+            for task in tasks.iter_mut().filter(|t| {
+                t["startedBy"].as_str() == Some(job) && t["lastStatus"].as_str() == Some("STOPPED")
+            }) {
+                stop_as(task, as_);
+            }
+            None
+        }
+        Rewrite::RunTaskConflict { task } => {
+            *body = json!({
+                "__type": "ConflictException",
+                "message": "The specified client token has already been used in a request with different parameters.",
+                "resourceIds": [task],
+            });
+            Some(400)
+        }
+        Rewrite::RunTaskFailure { reason } => {
+            *body = json!({
+                "tasks": [],
+                "failures": [{ "arn": "arn:aws:ecs:us-east-1:123456789012:container-instance/none", "reason": reason }],
+            });
+            Some(200)
+        }
+        Rewrite::StopTaskNotFound => {
+            *body = json!({
+                "__type": "InvalidParameterException",
+                "message": "The referenced task was not found.",
+            });
+            Some(400)
+        }
+    }
+}
+
+fn stop_as(task: &mut Value, as_: &StoppedAs) {
+    if let Some(code) = &as_.stop_code {
+        task["stopCode"] = json!(code);
+    }
+    if let Some(reason) = &as_.stopped_reason {
+        task["stoppedReason"] = json!(reason);
+    }
+    let Some(containers) = task["containers"].as_array_mut() else {
+        return;
+    };
+    for container in containers
+        .iter_mut()
+        .filter(|c| c["name"].as_str() == Some("job"))
+    {
+        let fields = container.as_object_mut().expect("a container object");
+        fields.remove("exitCode");
+        if let Some(code) = as_.exit_code {
+            fields.insert("exitCode".into(), json!(code));
+        }
+        if let Some(reason) = &as_.container_reason {
+            fields.insert("reason".into(), json!(reason));
+        }
+        fields.insert("lastStatus".into(), json!("STOPPED"));
+    }
+}
