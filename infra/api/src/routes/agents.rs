@@ -20,8 +20,9 @@ use crate::auth::authenticate;
 use crate::{ApiError, ApiState};
 
 /// How often a waiting poll looks for new work: a job queued while an
-/// agent waits reaches it within this.
-const LOOK_AGAIN: Duration = Duration::from_millis(500);
+/// agent waits reaches it within this. Each look is a store query, which
+/// costs on DynamoDB; a second is quick next to a job's own run.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
 /// Most tasks one poll may ask for.
 const MAX_TASKS: usize = 100;

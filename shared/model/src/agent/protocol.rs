@@ -1,7 +1,8 @@
 //! The agent protocol: what `vergence-agent` sends to the Vergence API and
-//! gets back (docs/agent.md has it with examples). JSON in camelCase, over
-//! two routes: `POST /v1/agents/{agent}/poll` (a [`PollRequest`], answered
-//! with a [`PollResponse`] once there is work or the wait is over) and
+//! gets back (routes in docs/openapi.json, behaviour in
+//! docs/runners/kubernetes.md). JSON in camelCase, over two routes:
+//! `POST /v1/agents/{agent}/poll` (a [`PollRequest`], answered with a
+//! [`PollResponse`] once there is work or the wait is over) and
 //! `POST /v1/agents/{agent}/reports` (an [`AgentReport`], answered with a
 //! [`ReportAnswer`]).
 //!
