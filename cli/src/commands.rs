@@ -499,7 +499,36 @@ pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
     for line in local.control.explain(&key).await? {
         println!("{line}");
     }
+    if let Some(line) = agent_line(&local, &key).await? {
+        println!("{line}");
+    }
     Ok(0)
+}
+
+/// For an instance whose jobs go through an agent: when it last called.
+async fn agent_line(local: &Local, key: &InstanceKey) -> Result<Option<String>> {
+    let Some(record) = local.store.get_instance(key).await? else {
+        return Ok(None);
+    };
+    let vergence_model::Desired::Ready(compiled) = &record.desired else {
+        return Ok(None);
+    };
+    let vergence_model::RunnerSpec::Kubernetes(spec) = &compiled.apply.job.runner else {
+        return Ok(None);
+    };
+    let Ok(name) = spec.agent.parse() else {
+        return Ok(None);
+    };
+    let now = local.clock.now();
+    Ok(Some(match local.store.get_agent(&name).await? {
+        Some(agent) => format!(
+            "agent {name}: {}, {} (vergence-agent {})",
+            if agent.is_alive(now) { "connected" } else { "silent" },
+            agent.last_contact(now),
+            agent.version
+        ),
+        None => format!("agent {name}: has never connected"),
+    }))
 }
 
 /// The engine loop over the local state, with this machine's runners;

@@ -66,6 +66,20 @@ pub enum AgentError {
         found: Option<String>,
     },
 
+    /// A manifest cannot be applied as written (no such kind in the
+    /// cluster, a malformed object).
+    #[error("{0}")]
+    Manifest(String),
+
+    /// The live objects of a kind could not be read (the watch's list
+    /// failed: RBAC, an unreachable API server).
+    #[error("cannot read {kind} in {scope}: {message}")]
+    Cache {
+        kind: String,
+        scope: String,
+        message: String,
+    },
+
     /// The Job object could not be built from the task.
     #[error("building the Job of {job}: {source}")]
     BuildJob {

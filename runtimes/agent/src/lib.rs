@@ -13,17 +13,20 @@
 mod api;
 mod error;
 mod job_spec;
+pub mod manifests;
 mod runs;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::mpsc;
 use tracing::{info, warn};
+use vergence_model::BuiltinJob;
 use vergence_model::JobId;
 use vergence_model::agent::protocol::{
-    AgentReport, JobEnd, JobFinished, JobStopped, MAX_POLL_WAIT_SECONDS, PollRequest, RunJob,
-    StopJob, Task, TaskDetails,
+    AgentReport, JobEnd, JobFinished, JobStopped, MAX_POLL_WAIT_SECONDS, ManifestsJob,
+    ObjectsChanged, PollRequest, RunJob, StopJob, Task, TaskDetails,
 };
 
 pub use api::VergenceApi;
@@ -33,6 +36,9 @@ pub use runs::{Cluster, MAX_LOG_BYTES, Watched};
 
 /// How long to wait before calling the API again after a failed call.
 const RETRY_AFTER: Duration = Duration::from_secs(3);
+
+/// Changes seen within this of each other are reported together.
+const CHANGE_BURST: Duration = Duration::from_millis(200);
 
 /// What the agent was started with.
 #[derive(Clone)]
@@ -96,6 +102,9 @@ pub struct Agent {
     settings: Settings,
     api: VergenceApi,
     cluster: Cluster,
+    objects: manifests::Objects,
+    /// What the watches of applied objects saw change, until `run` takes it.
+    changes: Arc<Mutex<Option<mpsc::UnboundedReceiver<ObjectsChanged>>>>,
     running: Arc<Mutex<BTreeSet<JobId>>>,
 }
 
@@ -111,6 +120,8 @@ impl Agent {
     pub fn new(settings: Settings, client: kube::Client) -> Result<Self, AgentError> {
         settings.check()?;
         let api = VergenceApi::new(&settings.api_url, &settings.agent, &settings.token)?;
+        let (changed, changes) = mpsc::unbounded_channel();
+        let objects = manifests::Objects::new(client.clone(), settings.namespace.clone(), changed);
         let cluster = Cluster {
             client,
             agent: settings.agent.clone(),
@@ -121,6 +132,8 @@ impl Agent {
             settings,
             api,
             cluster,
+            objects,
+            changes: Arc::new(Mutex::new(Some(changes))),
             running: Arc::default(),
         })
     }
@@ -128,6 +141,15 @@ impl Agent {
     /// Polls and carries out tasks until `stop` completes.
     pub async fn run(self, stop: impl Future<Output = ()>) {
         info!(agent = %self.settings.agent, api = %self.settings.api_url, namespace = %self.settings.namespace, "connecting out for work");
+        let changes = self
+            .changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(changes) = changes {
+            let agent = self.clone();
+            tokio::spawn(async move { agent.tell_changes(changes).await });
+        }
         tokio::pin!(stop);
         loop {
             tokio::select! {
@@ -215,6 +237,17 @@ impl Agent {
                 let agent = self.clone();
                 tokio::spawn(async move { agent.stop(stop).await });
             }
+            TaskDetails::Manifests(job) => {
+                let fresh = self
+                    .running
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(job.job_id.clone());
+                if fresh {
+                    let agent = self.clone();
+                    tokio::spawn(async move { agent.carry_out_manifests(job).await });
+                }
+            }
             TaskDetails::Unsupported => {
                 warn!(work = %task.work_id, "a task of a kind this agent does not know; upgrade vergence-agent");
             }
@@ -265,6 +298,74 @@ impl Agent {
         self.cluster.await_end(watched).await
     }
 
+    /// Applies or reads a Kubernetes runtime's objects and reports it as
+    /// a job: exit 0 with what was done (apply) or the structured fetch
+    /// (fetch); exit 1 with the reason when the cluster refused.
+    async fn carry_out_manifests(&self, job: ManifestsJob) {
+        let started_at = jiff::Timestamp::now();
+        let deadline = Duration::from_secs(job.deadline_seconds);
+        let work = async {
+            match &job.work {
+                BuiltinJob::KubernetesApply(objects) => self.objects.apply(objects).await,
+                BuiltinJob::KubernetesFetch(objects) => self.objects.fetch(objects).await,
+            }
+        };
+        let (ended, log, log_tail) = match tokio::time::timeout(deadline, work).await {
+            Ok(Ok(output)) => (JobEnd::Exited { exit_code: 0 }, output, String::new()),
+            Ok(Err(e)) => {
+                warn!(job = %job.job_id, error = %e, "the Kubernetes runtime's job failed");
+                (
+                    JobEnd::Exited { exit_code: 1 },
+                    String::new(),
+                    e.to_string(),
+                )
+            }
+            Err(_) => (JobEnd::TimedOut, String::new(), String::new()),
+        };
+        self.report(AgentReport::JobFinished(JobFinished {
+            job_id: job.job_id.clone(),
+            ended,
+            log,
+            log_tail,
+            started_at: Some(started_at),
+            finished_at: jiff::Timestamp::now(),
+        }))
+        .await;
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job.job_id);
+    }
+
+    /// Tells Vergence what the watches saw change, a burst at a time: one
+    /// report per instance, however many of its objects moved.
+    async fn tell_changes(&self, mut changes: mpsc::UnboundedReceiver<ObjectsChanged>) {
+        while let Some(first) = changes.recv().await {
+            tokio::time::sleep(CHANGE_BURST).await;
+            let mut by_instance: std::collections::BTreeMap<(String, String, String), Vec<String>> =
+                std::collections::BTreeMap::new();
+            let mut burst = vec![first];
+            while let Ok(more) = changes.try_recv() {
+                burst.push(more);
+            }
+            for change in burst {
+                let key = (change.application, change.service, change.release_channel);
+                by_instance.entry(key).or_default().extend(change.changes);
+            }
+            for ((application, service, release_channel), changes) in by_instance {
+                info!(%application, %service, %release_channel, ?changes, "objects changed in the cluster");
+                let report = AgentReport::ObjectsChanged(ObjectsChanged {
+                    application,
+                    service,
+                    release_channel,
+                    changes,
+                });
+                let agent = self.clone();
+                tokio::spawn(async move { agent.report(report).await });
+            }
+        }
+    }
+
     async fn stop(&self, stop: StopJob) {
         loop {
             match self
@@ -292,15 +393,15 @@ impl Agent {
         loop {
             match self.api.report(&report).await {
                 Ok(answer) => {
-                    info!(job = %report.job_id(), recorded = answer.recorded, "reported");
+                    info!(about = %report.subject(), recorded = answer.recorded, "reported");
                     return;
                 }
                 Err(AgentError::Refused { status, body, .. }) if status < 500 && status != 429 => {
-                    warn!(job = %report.job_id(), status, %body, "the report was refused; dropping it");
+                    warn!(about = %report.subject(), status, %body, "the report was refused; dropping it");
                     return;
                 }
                 Err(e) => {
-                    warn!(job = %report.job_id(), error = %e, "reporting failed; trying again");
+                    warn!(about = %report.subject(), error = %e, "reporting failed; trying again");
                     tokio::time::sleep(RETRY_AFTER).await;
                 }
             }

@@ -66,6 +66,7 @@ fn job(image: Option<&str>) -> JobRecord {
             working_dir: String::new(),
             timeout: SignedDuration::from_mins(5),
             outputs: vec!["plan".into()],
+            builtin: None,
         },
         workspace_root: None,
         inputs: vec![Artifact::of("plan", "jobs/fetch-1/outputs/plan", b"p")],

@@ -14,15 +14,16 @@ use jiff::{SignedDuration, Timestamp};
 use tracing::{info, instrument, warn};
 use vergence_container::{self as container, Ended, Launch, PlatformLogs};
 use vergence_model::agent::protocol::{
-    AgentReport, JobEnd, JobFinished, PollRequest, ReportAnswer, RunJob, SecretKeyRef, StopJob,
-    Task, TaskDetails,
+    AgentReport, JobEnd, JobFinished, ManifestsJob, ObjectsChanged, PollRequest, ReportAnswer,
+    RunJob, SecretKeyRef, StopJob, Task, TaskDetails,
 };
 use vergence_model::ports::{
-    AgentDesk, ArtifactStore, Clock, InstanceFilter, JobResultSink, StateStore, WorkItem, WorkQueue,
+    AgentDesk, ArtifactStore, Clock, InstanceChange, InstanceCommit, InstanceFilter, JobResultSink,
+    StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::{
-    AGENT_LEASE, AgentName, AgentState, AgentTask, AgentWork, JobRecord, JobResult, SecretRef,
-    Status,
+    AGENT_LEASE, AgentName, AgentState, AgentTask, AgentWork, Desired, InstanceKey, InstanceRecord,
+    JobRecord, JobResult, RunnerSpec, SecretRef, Status,
 };
 
 use crate::error::KubernetesError;
@@ -100,6 +101,16 @@ impl AgentJobs {
             .map_err(KubernetesError::store("reading the job of a task"))?;
         let details = match (&work.task, job) {
             (AgentTask::RunJob { .. }, Some(job)) if job.result().is_none() => {
+                if let Some(builtin) = &job.spec.builtin {
+                    return Ok(Some(Task {
+                        work_id: work.id.clone(),
+                        details: TaskDetails::Manifests(ManifestsJob {
+                            job_id: job.id.clone(),
+                            work: builtin.clone(),
+                            deadline_seconds: deadline_seconds(&job),
+                        }),
+                    }));
+                }
                 match self.run_job(agent, &job).await? {
                     Ok(run) => Some(TaskDetails::RunJob(run)),
                     Err(message) => {
@@ -168,10 +179,7 @@ impl AgentJobs {
             command: launch.command,
             env: launch.env,
             secret_env,
-            // At least a second: 0 is not a valid deadline.
-            active_deadline_seconds: u64::try_from(job.spec.timeout.as_secs())
-                .unwrap_or(0)
-                .max(1),
+            active_deadline_seconds: deadline_seconds(job),
             labels: job_labels(job, agent),
         }))
     }
@@ -213,9 +221,15 @@ impl AgentJobs {
         agent: &AgentName,
         report: AgentReport,
     ) -> Result<Option<ReportAnswer>, KubernetesError> {
+        let Some(job_id) = report.job_id() else {
+            let AgentReport::ObjectsChanged(changed) = report else {
+                return Ok(None);
+            };
+            return self.objects_changed(agent, &changed).await;
+        };
         let job = self
             .store
-            .get_job(report.job_id())
+            .get_job(job_id)
             .await
             .map_err(KubernetesError::store("reading the reported job"))?;
         // Only the agent a job was queued for may report it.
@@ -239,10 +253,64 @@ impl AgentJobs {
                 self.finish(agent, &AgentWork::stop_id(&job.id)).await?;
                 true
             }
+            AgentReport::ObjectsChanged(_) => false,
         };
         // Either way the Kubernetes Job is done with: nothing to hand out again.
         self.finish(agent, &AgentWork::run_id(&job.id)).await?;
         Ok(Some(ReportAnswer { recorded }))
+    }
+
+    /// The agent's watch saw an instance's objects change: the instance is
+    /// looked at now (a fresh fetch, as `vergence up` asks for) rather than
+    /// at its next poll. `None` unless the instance's runtime is this
+    /// agent's, so an agent learns nothing of, and wakes nothing in,
+    /// another's work.
+    async fn objects_changed(
+        &self,
+        agent: &AgentName,
+        changed: &ObjectsChanged,
+    ) -> Result<Option<ReportAnswer>, KubernetesError> {
+        let Some(key) = instance_key(changed) else {
+            return Ok(None);
+        };
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let record = self
+                .store
+                .get_instance(&key)
+                .await
+                .map_err(KubernetesError::store("reading the changed instance"))?;
+            let Some(mut record) = record.filter(|r| runs_on(r, agent)) else {
+                return Ok(None);
+            };
+            let now = self.clock.now();
+            let expected = record.revision;
+            record.state.checks_requested = true;
+            record.next_check_at = Some(now);
+            let commit = InstanceCommit {
+                change: InstanceChange::Put(Box::new(record)),
+                expected_revision: Some(expected),
+                new_jobs: Vec::new(),
+                events: Vec::new(),
+            };
+            match self.store.commit(commit).await {
+                Ok(_) => {
+                    info!(instance = %key, changes = ?changed.changes, "the agent saw the instance's objects change; looking now");
+                    let wake = WorkItem {
+                        instance: key,
+                        not_before: now,
+                    };
+                    self.queue
+                        .enqueue(std::slice::from_ref(&wake))
+                        .await
+                        .map_err(KubernetesError::store("waking the changed instance"))?;
+                    return Ok(Some(ReportAnswer { recorded: true }));
+                }
+                Err(vergence_model::Error::Conflict { .. }) => {}
+                Err(e) => return Err(KubernetesError::store("asking for a fresh look")(e)),
+            }
+        }
+        // Busy with other writes, each of which steps it anyway.
+        Ok(Some(ReportAnswer { recorded: false }))
     }
 
     async fn finish(&self, agent: &AgentName, id: &str) -> Result<(), KubernetesError> {
@@ -252,6 +320,25 @@ impl AgentJobs {
             .map_err(KubernetesError::store("taking done work off the queue"))?;
         Ok(())
     }
+}
+
+/// Writes racing an instance's fresh-look request before it gives up.
+const MAX_CONFLICT_RETRIES: usize = 5;
+
+fn instance_key(changed: &ObjectsChanged) -> Option<InstanceKey> {
+    Some(InstanceKey::new(
+        changed.application.parse().ok()?,
+        changed.service.parse().ok()?,
+        changed.release_channel.parse().ok()?,
+    ))
+}
+
+/// Whether the instance's runtime applies through `agent`.
+fn runs_on(record: &InstanceRecord, agent: &AgentName) -> bool {
+    let Desired::Ready(compiled) = &record.desired else {
+        return false;
+    };
+    matches!(&compiled.apply.job.runner, RunnerSpec::Kubernetes(spec) if spec.agent == agent.as_str())
 }
 
 /// The job's secret variables as Secret key references; any other source
@@ -276,6 +363,14 @@ fn secret_refs(
             }),
         })
         .collect()
+}
+
+/// The job's timeout in whole seconds, at least one (0 is not a valid
+/// `activeDeadlineSeconds`).
+fn deadline_seconds(job: &JobRecord) -> u64 {
+    u64::try_from(job.spec.timeout.as_secs())
+        .unwrap_or(0)
+        .max(1)
 }
 
 fn after(now: Timestamp, by: SignedDuration) -> Timestamp {
@@ -331,7 +426,7 @@ impl AgentDesk for AgentJobs {
         Ok(tasks)
     }
 
-    #[instrument(name = "agent.report", skip_all, fields(agent = %agent, job = %report.job_id()))]
+    #[instrument(name = "agent.report", skip_all, fields(agent = %agent, about = %report.subject()))]
     async fn take_report(
         &self,
         agent: &AgentName,

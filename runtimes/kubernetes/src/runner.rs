@@ -45,6 +45,15 @@ impl AgentRunner {
             info!(%agent, "queued for the agent");
         }
         let namespace = spec.namespace.as_deref().unwrap_or("(the agent's)");
+        if let Some(work) = &job.spec.builtin {
+            let objects = work.objects();
+            return Ok(JobHandle(format!(
+                "agent {agent}: {} of {} object(s) from {}",
+                job.kind,
+                objects.objects.len(),
+                objects.source
+            )));
+        }
         Ok(JobHandle(format!(
             "agent {agent}: Job {namespace}/{}",
             job_name(&job.id)

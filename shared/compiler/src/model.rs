@@ -243,6 +243,27 @@ pub struct Runtime {
     pub get_info: Option<GetInfoTemplate>,
     pub convergence_grace_period: SignedDuration,
     pub require_approval_before_apply: bool,
+    /// Set for the first-class Kubernetes runtime, whose apply and fetch
+    /// are the agent's own (server-side apply, watch-backed read) of each
+    /// service's manifests.
+    pub kubernetes: Option<KubernetesRuntime>,
+}
+
+/// A first-class Kubernetes runtime's own settings (its agent is its runner).
+#[derive(Clone, Debug)]
+pub struct KubernetesRuntime {
+    /// Where namespaced objects that name none go; the agent's own if unset.
+    pub namespace: Option<String>,
+}
+
+/// A service's manifests for one release channel: each file a template.
+#[derive(Clone, Debug)]
+pub struct Manifests {
+    /// The directory, relative to the config root.
+    pub dir: String,
+    /// Path (relative to the config root) and template of each file, in
+    /// path order.
+    pub files: Vec<(String, Template)>,
 }
 
 impl Runtime {
@@ -314,6 +335,8 @@ pub struct ServiceChannel {
     pub values: BTreeMap<String, ValueTemplate>,
     /// Extra environment for every job of the instance.
     pub env: BTreeMap<String, Template>,
+    /// What a first-class Kubernetes runtime applies for the service.
+    pub manifests: Option<Manifests>,
 }
 
 #[derive(Clone, Debug)]

@@ -6,6 +6,8 @@
 //! config change is a new version that flows through the channels. A config
 //! change after a release shows as `<release>+cfg-<hash>`.
 
+pub(crate) mod manifests;
+
 use std::collections::BTreeMap;
 
 use super::model::*;
@@ -13,9 +15,9 @@ use super::template::{Builtin, Reference};
 use vergence_model::error::{Error, Result};
 use vergence_model::hashing::sha256_hex;
 use vergence_model::{
-    ApplicationName, ApplySpec, CompiledInstance, CompiledProtection, Desired, FetchSpec,
-    GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition, ProtectionCheck,
-    Release, ReleaseChannelName, ServiceName,
+    ApplicationName, ApplySpec, BuiltinJob, CompiledInstance, CompiledProtection, Desired,
+    FetchSpec, GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition,
+    ProtectionCheck, Release, ReleaseChannelName, ServiceName,
 };
 use vergence_model::{RunnerSpec, SecretRef, Version};
 
@@ -98,7 +100,7 @@ impl ConfigModel {
             runtime: jobs.runtime,
             workspace_root: self.root.clone(),
             apply: ApplySpec {
-                job: jobs.apply,
+                job: with_version(jobs.apply, version),
                 retryable_exit_codes: runtime
                     .map(|r| r.retryable_exit_codes.clone())
                     .unwrap_or_default(),
@@ -108,7 +110,7 @@ impl ConfigModel {
                 .fetch
                 .zip(runtime.and_then(|r| r.fetch.as_ref()))
                 .map(|(job, f)| FetchSpec {
-                    job,
+                    job: with_version(job, version),
                     mode: f.mode,
                     poll_interval: f.poll_interval,
                     steady_state_poll_interval: f.steady_state_poll_interval,
@@ -248,7 +250,7 @@ impl ConfigModel {
         let runner = channel.runner_of(runtime);
         let render =
             |job: &JobTemplate| render_job(job, runner, &runtime_scope, secrets, &extra_env);
-        Ok(InstanceJobs {
+        let mut jobs = InstanceJobs {
             runtime: runtime.name.clone(),
             apply: render(&runtime.apply)?,
             fetch: runtime.fetch.as_ref().map(|f| render(&f.job)).transpose()?,
@@ -257,7 +259,24 @@ impl ConfigModel {
                 .as_ref()
                 .map(|g| render(&g.job))
                 .transpose()?,
-        })
+        };
+        if let Some(kubernetes) = &runtime.kubernetes {
+            let manifests = service_channel.manifests.as_ref().ok_or_else(|| {
+                format!(
+                    "service {} gives no manifests for kubernetes runtime {}",
+                    svc.name, runtime.name
+                )
+            })?;
+            let namespace = kubernetes.namespace.as_deref();
+            let objects = manifests::render(manifests, namespace, &key, &ids, |r| {
+                service_scope.resolve(r)
+            })?;
+            jobs.apply.builtin = Some(BuiltinJob::KubernetesApply(objects.clone()));
+            if let Some(fetch) = jobs.fetch.as_mut() {
+                fetch.builtin = Some(BuiltinJob::KubernetesFetch(objects));
+            }
+        }
+        Ok(jobs)
     }
 }
 
@@ -364,6 +383,17 @@ struct InstanceJobs {
     get_info: Option<JobSpec>,
 }
 
+/// A first-class runtime's job learns the version it applies or checks
+/// for only now: the version is derived from the jobs' hash.
+fn with_version(mut job: JobSpec, version: &Version) -> JobSpec {
+    if let Some(BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects)) =
+        job.builtin.as_mut()
+    {
+        objects.version = version.to_string();
+    }
+    job
+}
+
 /// Renders one job template to run on `runner`: templates filled from
 /// `scope`, secret parameters passed by reference (never rendered into the
 /// spec), and the service's own `env` on top of the template's.
@@ -405,6 +435,7 @@ fn render_job(
         working_dir: job.working_dir.clone(),
         timeout: job.timeout,
         outputs: job.outputs.clone(),
+        builtin: None,
     })
 }
 

@@ -27,6 +27,7 @@ pub(super) fn job_spec(cmd: &str) -> JobSpec {
         working_dir: String::new(),
         timeout: SignedDuration::from_mins(5),
         outputs: Vec::new(),
+        builtin: None,
     }
 }
 

@@ -80,6 +80,10 @@ pub struct JobSpec {
     /// Files the job writes to `$VERGENCE_OUTPUT_DIR` that are kept.
     #[serde(default)]
     pub outputs: Vec<String>,
+    /// Set for the jobs of first-class runtimes, which run no command:
+    /// the runner carries this out itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builtin: Option<crate::manifests::BuiltinJob>,
 }
 
 /// A file produced by one job and handed to another (a Terraform plan, say).

@@ -90,11 +90,11 @@ pub(super) async fn report(
     let (agent, desk) = calling_agent(&api, &headers, path).await?;
     let body = read_body(&api, request).await?;
     let report: AgentReport = parse_json(&body)?;
-    let job = report.job_id().clone();
+    let about = report.subject();
     match desk.take_report(&agent, report).await? {
         Some(answer) => Ok(Json(answer)),
-        // The same answer for an unknown job and another agent's: an agent
-        // learns nothing about work that is not its own.
-        None => Err(vergence_model::Error::not_found(format!("job {job} of agent {agent}")).into()),
+        // The same answer for an unknown job or instance and another
+        // agent's: an agent learns nothing about work that is not its own.
+        None => Err(vergence_model::Error::not_found(format!("{about} of agent {agent}")).into()),
     }
 }

@@ -207,6 +207,21 @@ impl Server {
         answer
     }
 
+    /// The application's events, as the API serves them.
+    pub async fn events(&self) -> Vec<Value> {
+        let token = self.admin_token().await;
+        let (status, answer) = self
+            .call(
+                "GET",
+                "/v1/applications/shop/events?limit=1000",
+                &token,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        answer["events"].as_array().cloned().unwrap_or_default()
+    }
+
     /// Waits until `count` instances are converged.
     pub async fn await_converged(&self, count: usize, limit: Duration) {
         let started = std::time::Instant::now();

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod first_class;
 mod harness;
 
 use std::time::Duration;

@@ -132,6 +132,7 @@ pub fn job(id: &str, image: &str, cmd: &[&str]) -> JobRecord {
             working_dir: String::new(),
             timeout: SignedDuration::from_mins(2),
             outputs: Vec::new(),
+            builtin: None,
         },
         workspace_root: None,
         inputs: Vec::new(),

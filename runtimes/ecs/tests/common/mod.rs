@@ -52,6 +52,7 @@ pub fn job(runner: RunnerSpec, kind: JobKind, image: &str, cmd: &[&str]) -> JobR
             working_dir: String::new(),
             timeout: SignedDuration::from_mins(10),
             outputs: Vec::new(),
+            builtin: None,
         },
         workspace_root: None,
         inputs: Vec::new(),

@@ -82,6 +82,7 @@ pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
             working_dir: String::new(),
             timeout: SignedDuration::from_secs(30),
             outputs: Vec::new(),
+            builtin: None,
         },
         workspace_root: Some(root.to_str().unwrap().to_owned()),
         inputs: Vec::new(),

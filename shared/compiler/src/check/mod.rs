@@ -12,6 +12,7 @@
 mod application;
 mod field_path;
 mod job;
+mod kubernetes;
 mod parameter_values;
 mod parameters;
 mod protection;
@@ -49,6 +50,7 @@ const RESERVED_ENV_PREFIXES: [&str; 2] = ["VERGENCE_", "PVN_"];
 pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
     let (documents, errors) = parse_bundle(bundle);
     let mut checker = Checker {
+        bundle,
         errors,
         runtime_sources: HashMap::new(),
         protections: BTreeMap::new(),
@@ -81,6 +83,8 @@ struct ByKind<'a> {
 /// need from earlier ones: the constants each runtime's templates use and
 /// the protections that can be attached; and every runner named.
 struct Checker<'a> {
+    /// The files, for what documents point at (a service's manifests).
+    bundle: &'a ConfigBundle,
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
     protections: BTreeMap<ProtectionName, Protection>,

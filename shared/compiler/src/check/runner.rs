@@ -122,7 +122,7 @@ impl Checker<'_> {
         }
     }
 
-    fn kubernetes_settings(
+    pub(super) fn kubernetes_settings(
         &mut self,
         source: &Source,
         path: &FieldPath,

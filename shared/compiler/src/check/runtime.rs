@@ -22,7 +22,7 @@ const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
 const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
 const DEFAULT_STEADY_STATE_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
 const DEFAULT_GET_INFO_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
-const DEFAULT_GRACE_PERIOD: SignedDuration = SignedDuration::from_mins(10);
+pub(super) const DEFAULT_GRACE_PERIOD: SignedDuration = SignedDuration::from_mins(10);
 
 /// Where a runtime's templates use constants, checked per release channel
 /// once services say which channels use the runtime.
@@ -71,6 +71,9 @@ impl<'a> Checker<'a> {
         document: &'a ParsedDocument,
         doc: &RuntimeDoc,
     ) -> Option<Runtime> {
+        if let Some(kubernetes) = &doc.kubernetes {
+            return self.kubernetes_runtime(document, doc, kubernetes);
+        }
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
@@ -130,10 +133,11 @@ impl<'a> Checker<'a> {
                 .convergence_grace_period
                 .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+            kubernetes: None,
         })
     }
 
-    /// Reports the first-class runtime blocks (`ecs`, `kubernetes`, …),
+    /// Reports the first-class runtime blocks (`ecs`, `cloudRun`, `terraform`),
     /// which this version does not run; true when the document has any.
     fn first_class_runtimes(
         &mut self,
@@ -144,7 +148,6 @@ impl<'a> Checker<'a> {
         let first_class = [
             ("ecs", doc.ecs.is_some()),
             ("cloudRun", doc.cloud_run.is_some()),
-            ("kubernetes", doc.kubernetes.is_some()),
             ("terraform", doc.terraform.is_some()),
         ];
         for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
@@ -214,7 +217,11 @@ impl<'a> Checker<'a> {
     }
 
     /// How a failed apply is retried; the defaults where nothing is set.
-    fn retry_policy(&mut self, source: &Source, doc: Option<&RetryPolicyDoc>) -> RetryPolicy {
+    pub(super) fn retry_policy(
+        &mut self,
+        source: &Source,
+        doc: Option<&RetryPolicyDoc>,
+    ) -> RetryPolicy {
         let default = RetryPolicy::default();
         let Some(doc) = doc else { return default };
         let policy = RetryPolicy {

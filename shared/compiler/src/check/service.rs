@@ -201,10 +201,12 @@ impl<'a> Checker<'a> {
         self.runtime_constants(&runtime_name, channel);
         let values = self.parameter_values(svc, channel, per, runtime);
         let env = self.service_env(svc, channel, per);
+        let manifests = self.service_manifests(svc, channel, runtime).ok()?;
         Some(ServiceChannel {
             runtime: runtime_name,
             values,
             env,
+            manifests,
         })
     }
 

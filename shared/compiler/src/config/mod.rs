@@ -84,52 +84,105 @@ pub struct ParsedDocument {
     pub dir: String,
 }
 
-/// Parses every document of the bundle, collecting all errors.
+/// Parses every document of the bundle, collecting all errors. Files in a
+/// directory a service names as its Kubernetes manifests are not config
+/// documents: they are left out here and read by the checker.
 pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigError>) {
     let mut documents = Vec::new();
     let mut errors = Vec::new();
     for (file, text) in &bundle.files {
-        let dir = Path::new(file)
-            .parent()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let parsed = match yaml::parse_documents(text) {
-            Ok(parsed) => parsed,
-            Err((line, message)) => {
-                errors.push(ConfigError {
-                    file: file.clone(),
-                    line: Some(line),
-                    path: String::new(),
-                    message: format!("invalid YAML: {message}"),
-                });
-                continue;
-            }
-        };
-        for document in &parsed {
-            let collector = yaml::Collector::default();
-            let result = yaml::from_document::<DocumentBody>(document, &collector);
-            let (unknown, positions) = collector.into_parts(file);
-            errors.extend(unknown);
-            match result {
-                Ok(body) => documents.push(ParsedDocument {
-                    source: Source {
-                        file: file.clone(),
-                        line: document.line,
-                        positions,
-                    },
-                    body,
-                    dir: dir.clone(),
-                }),
-                Err(e) => errors.push(ConfigError {
-                    file: file.clone(),
-                    line: e.line.or(Some(document.line)),
-                    path: e.path.unwrap_or_default(),
-                    message: document_error_message(&e.message),
-                }),
-            }
+        parse_file(file, text, &mut documents, &mut errors);
+    }
+    let manifest_dirs: Vec<String> = documents
+        .iter()
+        .filter_map(|document| match &document.body {
+            DocumentBody::Service(service) => service
+                .kubernetes
+                .as_ref()
+                .and_then(|k| manifests_dir(&document.source.file, &k.manifests)),
+            _ => None,
+        })
+        .collect();
+    let is_manifest = |file: &str| manifest_dirs.iter().any(|dir| is_inside(file, dir));
+    documents.retain(|document| !is_manifest(&document.source.file));
+    errors.retain(|error| !is_manifest(&error.file));
+    (documents, errors)
+}
+
+fn parse_file(
+    file: &str,
+    text: &str,
+    documents: &mut Vec<ParsedDocument>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let dir = Path::new(file)
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parsed = match yaml::parse_documents(text) {
+        Ok(parsed) => parsed,
+        Err((line, message)) => {
+            errors.push(ConfigError {
+                file: file.to_owned(),
+                line: Some(line),
+                path: String::new(),
+                message: format!("invalid YAML: {message}"),
+            });
+            return;
+        }
+    };
+    for document in &parsed {
+        let collector = yaml::Collector::default();
+        let result = yaml::from_document::<DocumentBody>(document, &collector);
+        let (unknown, positions) = collector.into_parts(file);
+        errors.extend(unknown);
+        match result {
+            Ok(body) => documents.push(ParsedDocument {
+                source: Source {
+                    file: file.to_owned(),
+                    line: document.line,
+                    positions,
+                },
+                body,
+                dir: dir.clone(),
+            }),
+            Err(e) => errors.push(ConfigError {
+                file: file.to_owned(),
+                line: e.line.or(Some(document.line)),
+                path: e.path.unwrap_or_default(),
+                message: document_error_message(&e.message),
+            }),
         }
     }
-    (documents, errors)
+}
+
+/// A service's manifests directory relative to the config root, resolved
+/// from the directory of the service's `file`; `None` when it leaves the
+/// config directory (only what is inside is pushed with the config).
+pub(crate) fn manifests_dir(file: &str, raw: &str) -> Option<String> {
+    if raw.starts_with('/') || raw.trim().is_empty() {
+        return None;
+    }
+    let base = file.rsplit_once('/').map_or("", |(dir, _)| dir);
+    let mut parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
+    for part in raw.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            other => parts.push(other),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Whether `file` (relative to the config root) is in `dir` or below it.
+pub(crate) fn is_inside(file: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || file
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// The enum error for a top-level document reads better with the kinds spelled out.
@@ -147,6 +200,24 @@ fn document_error_message(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn manifest_directories_resolve_from_the_service_file_and_stay_inside() {
+        let svc = "services/web.yaml";
+        assert_eq!(
+            manifests_dir(svc, "k8s/web").as_deref(),
+            Some("services/k8s/web")
+        );
+        assert_eq!(
+            manifests_dir(svc, "../k8s/./web/").as_deref(),
+            Some("k8s/web")
+        );
+        assert_eq!(manifests_dir(svc, "../../k8s"), None);
+        assert_eq!(manifests_dir(svc, "/etc"), None);
+        assert!(is_inside("k8s/web/deploy.yaml", "k8s/web"));
+        assert!(is_inside("k8s/web/sub/x.yaml", "k8s/web"));
+        assert!(!is_inside("k8s/website/x.yaml", "k8s/web"));
+    }
 
     fn bundle(files: &[(&str, &str)]) -> ConfigBundle {
         ConfigBundle::from_files(

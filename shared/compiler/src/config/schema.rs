@@ -94,8 +94,36 @@ pub struct RuntimeDoc {
     /// available yet instead of calling them unknown keys.
     pub ecs: Option<FirstClassDoc>,
     pub cloud_run: Option<FirstClassDoc>,
-    pub kubernetes: Option<FirstClassDoc>,
+    /// The first-class Kubernetes runtime: the agent applies the
+    /// services' manifests itself.
+    pub kubernetes: Option<KubernetesRuntimeDoc>,
     pub terraform: Option<FirstClassDoc>,
+}
+
+/// `kubernetes: {agent, namespace, pollInterval, steadyStatePollInterval, timeout}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesRuntimeDoc {
+    pub agent: Option<String>,
+    /// Where namespaced objects that name no namespace go.
+    pub namespace: Option<String>,
+    /// How often the live objects are read until converged (from the
+    /// agent's watch cache, so this costs the cluster nothing).
+    pub poll_interval: Option<DurationDoc>,
+    /// The backstop read after convergence; drift is reported by the
+    /// agent's watch as it happens.
+    pub steady_state_poll_interval: Option<DurationDoc>,
+    /// How long one apply or read may take.
+    pub timeout: Option<DurationDoc>,
+}
+
+/// A service's `kubernetes: {manifests: DIR}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceKubernetesDoc {
+    /// A directory of YAML manifests, relative to the service's file and
+    /// inside the config directory.
+    pub manifests: String,
 }
 
 /// The settings of a first-class runtime block (kept loose on purpose: it is
@@ -393,6 +421,8 @@ pub struct ServiceDoc {
     /// Which of the release channel's runtimes to use, when it has several.
     pub runtime: Option<RuntimeName>,
     pub custom: Option<CustomDoc>,
+    /// The manifests a first-class Kubernetes runtime applies.
+    pub kubernetes: Option<ServiceKubernetesDoc>,
     /// Parameters set per release (by CI).
     #[serde(default)]
     pub parameters: Vec<ParameterDoc>,

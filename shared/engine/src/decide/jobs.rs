@@ -53,7 +53,11 @@ impl Decider<'_> {
                 job: JobKind::Apply,
                 attempt,
             },
-            format!("apply of {} started (attempt {attempt}){why}", spec.version),
+            format!(
+                "apply of {} started (attempt {attempt}){why}{}",
+                spec.version,
+                reproduce(&spec.apply.job)
+            ),
         );
         self.set_status(
             Status::Applying,
@@ -201,5 +205,16 @@ fn poll_every(runner: RunnerKind) -> Option<SignedDuration> {
         RunnerKind::Ecs | RunnerKind::Kubernetes => Some(SignedDuration::from_secs(60)),
         // Cloud Run sends nothing: its executions are only ever polled.
         RunnerKind::CloudRun => Some(SignedDuration::from_secs(15)),
+    }
+}
+
+/// For a first-class runtime's apply, the command that does the same by
+/// hand, so an operator can reproduce it from the event.
+fn reproduce(job: &JobSpec) -> String {
+    match &job.builtin {
+        Some(vergence_model::BuiltinJob::KubernetesApply(objects)) => {
+            format!("; the same by hand: {}", objects.kubectl_apply())
+        }
+        _ => String::new(),
     }
 }

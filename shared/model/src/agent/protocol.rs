@@ -91,6 +91,8 @@ pub struct Task {
 pub enum TaskDetails {
     RunJob(RunJob),
     StopJob(StopJob),
+    /// Apply or read the objects of a first-class Kubernetes runtime.
+    Manifests(ManifestsJob),
     /// A kind this agent does not know (a newer server): left alone.
     #[serde(other)]
     Unsupported,
@@ -142,6 +144,19 @@ impl fmt::Debug for RunJob {
     }
 }
 
+/// A first-class Kubernetes runtime's job, carried out by the agent
+/// itself: `work` says whether to apply the objects or report their live
+/// state. Reported as a [`JobFinished`] like any job: exit 0 with the
+/// structured-fetch JSON (fetch) or what was applied (apply) as its log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestsJob {
+    pub job_id: JobId,
+    pub work: crate::manifests::BuiltinJob,
+    /// The job's timeout, in seconds.
+    pub deadline_seconds: u64,
+}
+
 /// A key of a Kubernetes Secret (`valueFrom.secretKeyRef`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -169,15 +184,43 @@ pub enum AgentReport {
     JobFinished(JobFinished),
     /// A job's Kubernetes Job was deleted as a stop task asked.
     JobStopped(JobStopped),
+    /// The agent's watch saw objects of an instance change: edited or
+    /// deleted out of band, or a rollout moved. Vergence looks at the
+    /// instance now instead of at its next poll.
+    ObjectsChanged(ObjectsChanged),
 }
 
 impl AgentReport {
-    pub fn job_id(&self) -> &JobId {
+    /// The job the report is about; `None` for a change seen by a watch.
+    pub fn job_id(&self) -> Option<&JobId> {
         match self {
-            AgentReport::JobFinished(finished) => &finished.job_id,
-            AgentReport::JobStopped(stopped) => &stopped.job_id,
+            AgentReport::JobFinished(finished) => Some(&finished.job_id),
+            AgentReport::JobStopped(stopped) => Some(&stopped.job_id),
+            AgentReport::ObjectsChanged(_) => None,
         }
     }
+
+    /// What the report is about, for logs and error messages.
+    pub fn subject(&self) -> String {
+        match self {
+            AgentReport::ObjectsChanged(changed) => format!(
+                "objects of {}/{}/{}",
+                changed.application, changed.service, changed.release_channel
+            ),
+            other => other.job_id().map(ToString::to_string).unwrap_or_default(),
+        }
+    }
+}
+
+/// Objects of one instance changed in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectsChanged {
+    pub application: String,
+    pub service: String,
+    pub release_channel: String,
+    /// What changed, for people: `Deployment shop/web edited out of band`.
+    pub changes: Vec<String>,
 }
 
 /// How a job's Kubernetes Job ended, with what its pod logged.
@@ -278,6 +321,6 @@ mod tests {
             panic!("a finished job");
         };
         assert_eq!(finished.ended, JobEnd::Exited { exit_code: 3 });
-        assert_eq!(report.job_id().as_str(), "apply-1");
+        assert_eq!(report.job_id().unwrap().as_str(), "apply-1");
     }
 }

@@ -112,6 +112,7 @@ pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
             working_dir: String::new(),
             timeout: SignedDuration::from_mins(1),
             outputs: Vec::new(),
+            builtin: None,
         },
         workspace_root: None,
         inputs: Vec::new(),

@@ -264,3 +264,64 @@ fn parse_int(raw: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests;
+
+/// Reads a file of Kubernetes manifests into JSON values, scalars typed as
+/// YAML 1.2 types them (`replicas: 2` is a number, `"2"` a string). Empty
+/// documents are dropped. A syntax error, too deep a nesting or a key that
+/// is not a string is reported with its line.
+pub fn parse_json_documents(text: &str) -> Result<Vec<serde_json::Value>, (usize, String)> {
+    use saphyr::LoadableYamlNode;
+    check_depth(text)?;
+    let documents = MarkedYamlOwned::load_from_str(text)
+        .map_err(|e| (e.marker().line(), e.info().to_owned()))?;
+    documents
+        .iter()
+        .filter(|node| {
+            !is_null(node)
+                && !matches!(
+                    node.data,
+                    YamlDataOwned::Value(saphyr::ScalarOwned::Null) | YamlDataOwned::BadValue
+                )
+        })
+        .map(to_json)
+        .collect()
+}
+
+fn to_json(node: &MarkedYamlOwned) -> Result<serde_json::Value, (usize, String)> {
+    use saphyr::ScalarOwned;
+    use serde_json::Value;
+    let line = node.span.start.line();
+    Ok(match &node.data {
+        YamlDataOwned::Value(scalar) => match scalar {
+            ScalarOwned::Null => Value::Null,
+            ScalarOwned::Boolean(b) => Value::Bool(*b),
+            ScalarOwned::Integer(i) => Value::from(*i),
+            ScalarOwned::FloatingPoint(f) => serde_json::Number::from_f64(f.into_inner())
+                .map(Value::Number)
+                .ok_or_else(|| (line, format!("{} is not a number JSON can carry", f)))?,
+            ScalarOwned::String(s) => Value::String(s.clone()),
+        },
+        YamlDataOwned::Representation(raw, _, _) => Value::String(raw.clone()),
+        YamlDataOwned::Sequence(items) => {
+            Value::Array(items.iter().map(to_json).collect::<Result<_, _>>()?)
+        }
+        YamlDataOwned::Mapping(entries) => {
+            let mut map = serde_json::Map::new();
+            for (key, value) in entries {
+                let key_line = key.span.start.line();
+                let Value::String(key) = to_json(key)? else {
+                    return Err((key_line, "mapping keys must be strings".to_owned()));
+                };
+                map.insert(key, to_json(value)?);
+            }
+            Value::Object(map)
+        }
+        YamlDataOwned::Tagged(_, inner) => to_json(inner)?,
+        YamlDataOwned::Alias(_) | YamlDataOwned::BadValue => {
+            return Err((
+                line,
+                "a value YAML cannot resolve (a bad alias?)".to_owned(),
+            ));
+        }
+    })
+}

@@ -1,0 +1,89 @@
+//! Jobs that run no program of the user's: the first-class Kubernetes
+//! runtime. Its apply and fetch are carried out by `vergence-agent` itself
+//! (server-side apply, and a watch-backed read of the live objects), so the
+//! job spec carries the rendered objects instead of a command.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What a first-class runtime's job does instead of running a command.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum BuiltinJob {
+    /// Server-side apply of the objects (field manager `vergence`), then
+    /// prune the instance's objects that are no longer among them.
+    KubernetesApply(KubernetesObjects),
+    /// Report the live state of the objects as a structured fetch.
+    KubernetesFetch(KubernetesObjects),
+}
+
+impl BuiltinJob {
+    pub fn objects(&self) -> &KubernetesObjects {
+        match self {
+            BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects) => objects,
+        }
+    }
+}
+
+/// The rendered objects of one service instance, as they are applied.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesObjects {
+    /// Each object as compact JSON, already carrying Vergence's labels and
+    /// annotations (kept as text so specs stay hashable and byte-stable).
+    pub objects: Vec<String>,
+    /// Where namespaced objects that name none go; `None`: the agent's own.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The labels every object of the instance carries: what prune and the
+    /// agent's drift reports select by.
+    pub selector: BTreeMap<String, String>,
+    /// The version written to each object's [`VERSION_ANNOTATION`].
+    pub version: String,
+    /// Where the manifests came from (for people): `manifests/web`.
+    pub source: String,
+}
+
+impl KubernetesObjects {
+    /// The label selector of the instance's objects: `k=v,k=v`.
+    pub fn selector_text(&self) -> String {
+        self.selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// What an operator runs to do by hand what the apply does.
+    pub fn kubectl_apply(&self) -> String {
+        let namespace = self
+            .namespace
+            .as_deref()
+            .map(|n| format!(" -n {n}"))
+            .unwrap_or_default();
+        format!(
+            "kubectl apply --server-side --field-manager={} --force-conflicts{namespace} -f {} (rendered for {}) --prune -l {}",
+            object_labels::FIELD_MANAGER,
+            self.source,
+            self.version,
+            self.selector_text()
+        )
+    }
+}
+
+/// Names on the objects the Kubernetes runtime applies.
+pub mod object_labels {
+    /// `app.kubernetes.io/managed-by` on every applied object.
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// Its value: distinct from the agent's own Jobs (`vergence-agent`).
+    pub const MANAGED_BY_VALUE: &str = "vergence";
+    /// The service version an object was applied for (annotation).
+    pub const VERSION: &str = "vergence.dev/version";
+    /// The instance's service id (annotation).
+    pub const SERVICE_ID: &str = "vergence.dev/service-id";
+    /// The field manager of every server-side apply.
+    pub const FIELD_MANAGER: &str = "vergence";
+}
+
+pub use object_labels::VERSION as VERSION_ANNOTATION;
