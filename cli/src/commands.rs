@@ -523,7 +523,11 @@ async fn agent_line(local: &Local, key: &InstanceKey) -> Result<Option<String>> 
     Ok(Some(match local.store.get_agent(&name).await? {
         Some(agent) => format!(
             "agent {name}: {}, {} (vergence-agent {})",
-            if agent.is_alive(now) { "connected" } else { "silent" },
+            if agent.is_alive(now) {
+                "connected"
+            } else {
+                "silent"
+            },
             agent.last_contact(now),
             agent.version
         ),

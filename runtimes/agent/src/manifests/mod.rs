@@ -42,6 +42,10 @@ const CACHE_READY_WITHIN: Duration = Duration::from_secs(30);
 /// The inventory ConfigMap's key listing what the last apply made.
 const INVENTORY_KEY: &str = "objects";
 
+/// Which cache holds an object: `apiVersion/kind`, and its namespace
+/// (`None`: cluster-scoped).
+type CacheKey = (String, Option<String>);
+
 /// An object's identity: `apiVersion`, kind, namespace, name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct ObjectKey {
@@ -82,7 +86,7 @@ impl ObjectKey {
     }
 
     /// The kind's cache: one per kind and namespace.
-    fn cache_key(&self) -> (String, Option<String>) {
+    fn cache_key(&self) -> CacheKey {
         (
             format!("{}/{}", self.api_version, self.kind),
             self.namespace.clone(),
@@ -114,7 +118,7 @@ struct Inner {
     client: kube::Client,
     default_namespace: String,
     kinds: Mutex<HashMap<String, (ApiResource, Scope)>>,
-    caches: Mutex<HashMap<(String, Option<String>), Arc<Cache>>>,
+    caches: Mutex<HashMap<CacheKey, Arc<Cache>>>,
     remembered: Mutex<HashMap<ObjectKey, Remembered>>,
     changes: mpsc::UnboundedSender<ObjectsChanged>,
 }
@@ -400,7 +404,7 @@ impl Objects {
 impl Inner {
     /// A watch saw `name` change in the cache `key`: tell Vergence when
     /// what it would conclude about a remembered object changed.
-    fn noticed(&self, cache_key: &(String, Option<String>), name: &str) {
+    fn noticed(&self, cache_key: &CacheKey, name: &str) {
         let caches = lock(&self.caches);
         let Some(cache) = caches.get(cache_key) else {
             return;

@@ -73,25 +73,24 @@ fn mark(object: &mut Value, selector: &BTreeMap<String, String>, ids: &InstanceI
     let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
-    let labels = entry_map(metadata, "labels");
-    for (k, v) in selector {
-        labels.insert(k.clone(), Value::String(v.clone()));
+    let service_id = [(object_labels::SERVICE_ID.to_owned(), ids.service_id.clone())];
+    for (key, entries) in [
+        ("labels", selector.clone().into_iter().collect::<Vec<_>>()),
+        ("annotations", service_id.to_vec()),
+    ] {
+        let slot = metadata
+            .entry(key.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        // `labels: null` (or not a mapping) is replaced, as the API would.
+        if !slot.is_object() {
+            *slot = Value::Object(Map::new());
+        }
+        if let Value::Object(map) = slot {
+            for (k, v) in entries {
+                map.insert(k, Value::String(v));
+            }
+        }
     }
-    let annotations = entry_map(metadata, "annotations");
-    annotations.insert(
-        object_labels::SERVICE_ID.to_owned(),
-        Value::String(ids.service_id.clone()),
-    );
-}
-
-fn entry_map<'m>(map: &'m mut Map<String, Value>, key: &str) -> &'m mut Map<String, Value> {
-    let slot = map
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !slot.is_object() {
-        *slot = Value::Object(Map::new());
-    }
-    slot.as_object_mut().expect("just made an object")
 }
 
 /// Each document must be one Kubernetes object: `apiVersion`, `kind` and
@@ -105,9 +104,9 @@ pub(crate) fn check_objects(file: &str, objects: &[Value]) -> Result<(), String>
             ));
         };
         for field in ["apiVersion", "kind"] {
-            if !map
+            if map
                 .get(field)
-                .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+                .is_none_or(|v| v.as_str().is_none_or(str::is_empty))
             {
                 return Err(format!("{at}: '{field}' is required, as a string"));
             }
@@ -125,7 +124,7 @@ pub(crate) fn check_objects(file: &str, objects: &[Value]) -> Result<(), String>
             .get("metadata")
             .and_then(|m| m.get("name"))
             .and_then(Value::as_str);
-        if !name.is_some_and(|n| !n.is_empty()) {
+        if name.is_none_or(str::is_empty) {
             return Err(format!("{at}: 'metadata.name' is required"));
         }
         if map

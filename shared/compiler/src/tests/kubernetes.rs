@@ -45,7 +45,7 @@ fn release(version: &str, image: &str) -> Release {
         version: name(version),
         params: BTreeMap::from([("image".to_owned(), ParamValue::DockerImage(image.into()))]),
         config_fingerprint: String::new(),
-        created_at: jiff::Timestamp::UNIX_EPOCH,
+        created_at: Timestamp::UNIX_EPOCH,
         actor: "test".into(),
     }
 }
