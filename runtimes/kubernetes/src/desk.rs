@@ -18,8 +18,8 @@ use vergence_model::agent::protocol::{
     RunJob, SecretKeyRef, StopJob, Task, TaskDetails,
 };
 use vergence_model::ports::{
-    AgentDesk, ArtifactStore, Clock, InstanceChange, InstanceCommit, InstanceFilter, JobResultSink,
-    StateStore, WorkItem, WorkQueue,
+    self, AgentDesk, ArtifactStore, Clock, InstanceFilter, JobResultSink, StateStore, WorkItem,
+    WorkQueue,
 };
 use vergence_model::{
     AGENT_LEASE, AgentName, AgentState, AgentTask, AgentWork, Desired, InstanceKey, InstanceRecord,
@@ -273,44 +273,33 @@ impl AgentJobs {
         let Some(key) = instance_key(changed) else {
             return Ok(None);
         };
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let record = self
-                .store
-                .get_instance(&key)
-                .await
-                .map_err(KubernetesError::store("reading the changed instance"))?;
-            let Some(mut record) = record.filter(|r| runs_on(r, agent)) else {
-                return Ok(None);
-            };
-            let now = self.clock.now();
-            let expected = record.revision;
-            record.state.checks_requested = true;
-            record.next_check_at = Some(now);
-            let commit = InstanceCommit {
-                change: InstanceChange::Put(Box::new(record)),
-                expected_revision: Some(expected),
-                new_jobs: Vec::new(),
-                events: Vec::new(),
-            };
-            match self.store.commit(commit).await {
-                Ok(_) => {
-                    info!(instance = %key, changes = ?changed.changes, "the agent saw the instance's objects change; looking now");
-                    let wake = WorkItem {
-                        instance: key,
-                        not_before: now,
-                    };
-                    self.queue
-                        .enqueue(std::slice::from_ref(&wake))
-                        .await
-                        .map_err(KubernetesError::store("waking the changed instance"))?;
-                    return Ok(Some(ReportAnswer { recorded: true }));
-                }
-                Err(vergence_model::Error::Conflict { .. }) => {}
-                Err(e) => return Err(KubernetesError::store("asking for a fresh look")(e)),
+        let looked_at =
+            ports::update_instance(self.store.as_ref(), self.clock.as_ref(), &key, |r| {
+                runs_on(r, agent).then(|| {
+                    r.state.checks_requested = true;
+                    Vec::new()
+                })
+            })
+            .await;
+        match looked_at {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
+            // Busy with other writes, each of which steps it anyway.
+            Err(vergence_model::Error::Conflict { .. }) => {
+                return Ok(Some(ReportAnswer { recorded: false }));
             }
+            Err(e) => return Err(KubernetesError::store("asking for a fresh look")(e)),
         }
-        // Busy with other writes, each of which steps it anyway.
-        Ok(Some(ReportAnswer { recorded: false }))
+        info!(instance = %key, changes = ?changed.changes, "the agent saw the instance's objects change; looking now");
+        let wake = WorkItem {
+            instance: key,
+            not_before: self.clock.now(),
+        };
+        self.queue
+            .enqueue(std::slice::from_ref(&wake))
+            .await
+            .map_err(KubernetesError::store("waking the changed instance"))?;
+        Ok(Some(ReportAnswer { recorded: true }))
     }
 
     async fn finish(&self, agent: &AgentName, id: &str) -> Result<(), KubernetesError> {
@@ -321,9 +310,6 @@ impl AgentJobs {
         Ok(())
     }
 }
-
-/// Writes racing an instance's fresh-look request before it gives up.
-const MAX_CONFLICT_RETRIES: usize = 5;
 
 fn instance_key(changed: &ObjectsChanged) -> Option<InstanceKey> {
     Some(InstanceKey::new(

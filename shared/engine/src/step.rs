@@ -14,17 +14,13 @@ use tracing::{debug, instrument, warn};
 use super::{Decision, Facts, RunnerRouter, Settled, UpstreamView, decide, settled};
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
-    Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink, Runner,
-    StateStore, WorkItem, WorkQueue,
+    Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink,
+    MAX_CONFLICT_RETRIES, Runner, StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::{
     Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult, JobState,
     Precondition, ProtectionCheck, Status,
 };
-
-/// Conflicting writers are rare (a config push racing a step); a few
-/// re-reads settle them.
-const MAX_CONFLICT_RETRIES: usize = 5;
 
 /// What one step did.
 #[derive(Clone, Debug, Default)]

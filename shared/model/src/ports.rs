@@ -192,6 +192,59 @@ pub trait InstanceStore: Send + Sync {
     async fn commit(&self, commit: InstanceCommit) -> Result<u64>;
 }
 
+/// How often a read-change-write of an instance is tried again when
+/// another writer got there first. Conflicting writers are rare (a config
+/// push racing a step); a few re-reads settle them.
+pub const MAX_CONFLICT_RETRIES: usize = 5;
+
+/// Reads an instance, lets `change` edit it and writes it back on the
+/// condition that nobody wrote it meanwhile, reading again after a
+/// conflict. The instance is due for a step now, its events get ids
+/// unique to this write. `change` answers `None` to leave the record as it
+/// is; then, and when there is no such instance, the answer is `None`.
+/// Still conflicting after [`MAX_CONFLICT_RETRIES`] reads is
+/// [`crate::Error::Conflict`].
+pub async fn update_instance(
+    store: &(impl InstanceStore + ?Sized),
+    clock: &(impl Clock + ?Sized),
+    key: &InstanceKey,
+    change: impl Fn(&mut InstanceRecord) -> Option<Vec<Event>>,
+) -> Result<Option<InstanceRecord>> {
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let Some(mut record) = store.get_instance(key).await? else {
+            return Ok(None);
+        };
+        let expected = record.revision;
+        let now = clock.now();
+        let Some(mut events) = change(&mut record) else {
+            return Ok(None);
+        };
+        Event::assign_ids(
+            &mut events,
+            &format!("{}@{}c", key.storage_id(), expected + 1),
+        );
+        record.next_check_at = Some(now);
+        record.updated_at = now;
+        let commit = InstanceCommit {
+            change: InstanceChange::Put(Box::new(record.clone())),
+            expected_revision: Some(expected),
+            new_jobs: Vec::new(),
+            events,
+        };
+        match store.commit(commit).await {
+            Ok(revision) => {
+                record.revision = revision;
+                return Ok(Some(record));
+            }
+            Err(crate::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(crate::Error::Conflict {
+        what: format!("instance {key}"),
+    })
+}
+
 #[async_trait]
 pub trait JobStore: Send + Sync {
     async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>>;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use vergence_model::ConfigBundle;
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
-    ChannelOrder, Clock, CompiledConfig, Compiler, CurrentConfig, InstanceChange, InstanceCommit,
+    self, ChannelOrder, Clock, CompiledConfig, Compiler, CurrentConfig, MAX_CONFLICT_RETRIES,
     StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::{Event, InstanceKey, InstanceRecord};
@@ -21,8 +21,6 @@ mod policy;
 
 pub use config::{ApplyReport, PlanAction, PlanEntry};
 pub use policy::{PauseAction, StepFailure};
-
-const MAX_CONFLICT_RETRIES: usize = 5;
 
 /// The control operations, over the injected store, queue and compiler.
 #[derive(Clone)]
@@ -105,37 +103,10 @@ impl Control {
         key: &InstanceKey,
         change: impl Fn(&mut InstanceRecord) -> Vec<Event>,
     ) -> Result<InstanceRecord> {
-        for _ in 0..MAX_CONFLICT_RETRIES {
-            let Some(mut record) = self.store.get_instance(key).await? else {
-                return Err(Error::not_found(format!("instance {key}")));
-            };
-            let expected = record.revision;
-            let now = self.clock.now();
-            let mut events = change(&mut record);
-            Event::assign_ids(
-                &mut events,
-                &format!("{}@{}c", key.storage_id(), expected + 1),
-            );
-            record.next_check_at = Some(now);
-            record.updated_at = now;
-            let commit = InstanceCommit {
-                change: InstanceChange::Put(Box::new(record.clone())),
-                expected_revision: Some(expected),
-                new_jobs: Vec::new(),
-                events,
-            };
-            match self.store.commit(commit).await {
-                Ok(revision) => {
-                    record.revision = revision;
-                    return Ok(record);
-                }
-                Err(Error::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Error::Conflict {
-            what: format!("instance {key}"),
-        })
+        let store = self.store.as_ref();
+        ports::update_instance(store, self.clock.as_ref(), key, |r| Some(change(r)))
+            .await?
+            .ok_or_else(|| Error::not_found(format!("instance {key}")))
     }
 
     async fn append_events(&self, mut events: Vec<Event>, scope: &str) -> Result<()> {
