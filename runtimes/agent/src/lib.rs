@@ -188,17 +188,20 @@ impl Agent {
     /// Carries out a job (creating its Job first when `run` is given)
     /// unless this agent already watches it.
     fn watch(&self, watched: Watched, run: Option<RunJob>) {
-        // A task for a job this agent already watches (its lease ran out
-        // during a long poll, or it was resumed) needs nothing more.
-        let fresh = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(watched.job_id.clone());
-        if fresh {
+        if self.claim(&watched.job_id) {
             let agent = self.clone();
             tokio::spawn(async move { agent.carry_out(watched, run).await });
         }
+    }
+
+    /// Marks a job as carried out by this agent; `false` when it already
+    /// is: a task delivered again (its lease ran out during a long poll,
+    /// or the agent resumed it) needs nothing more.
+    fn claim(&self, job: &JobId) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(job.clone())
     }
 
     async fn poll_once(&self) {
@@ -238,12 +241,7 @@ impl Agent {
                 tokio::spawn(async move { agent.stop(stop).await });
             }
             TaskDetails::Manifests(job) => {
-                let fresh = self
-                    .running
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(job.job_id.clone());
-                if fresh {
+                if self.claim(&job.job_id) {
                     let agent = self.clone();
                     tokio::spawn(async move { agent.carry_out_manifests(job).await });
                 }

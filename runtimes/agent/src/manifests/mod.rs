@@ -287,10 +287,14 @@ impl Objects {
                 .or_insert_with(|| {
                     let api = self.api(resource, key.namespace.as_deref());
                     let weak = Arc::downgrade(&self.inner);
-                    let key = cache_key.clone();
+                    let kind = key.clone();
                     Cache::start(api, move |name| {
                         if let Some(inner) = weak.upgrade() {
-                            inner.noticed(&key, name);
+                            let changed = ObjectKey {
+                                name: name.to_owned(),
+                                ..kind.clone()
+                            };
+                            inner.noticed(&changed);
                         }
                     })
                 })
@@ -402,40 +406,37 @@ impl Objects {
 }
 
 impl Inner {
-    /// A watch saw `name` change in the cache `key`: tell Vergence when
-    /// what it would conclude about a remembered object changed.
-    fn noticed(&self, cache_key: &CacheKey, name: &str) {
-        let caches = lock(&self.caches);
-        let Some(cache) = caches.get(cache_key) else {
+    /// A watch saw the object `key` change: tell Vergence when what it
+    /// would conclude about the object, if remembered, changed.
+    fn noticed(&self, key: &ObjectKey) {
+        let Some(cache) = lock(&self.caches).get(&key.cache_key()).cloned() else {
             return;
         };
         let mut remembered = lock(&self.remembered);
-        for (key, object) in remembered.iter_mut() {
-            if key.name != name || key.cache_key() != *cache_key {
-                continue;
-            }
-            let live = cache.get(name);
-            let observed = state::observe(&object.applied, live.as_ref());
-            let summary = state::summary(&observed);
-            if summary == object.summary {
-                continue;
-            }
-            object.summary = summary;
-            let what = match (&live, observed["message"].as_str()) {
-                (None, _) => "deleted".to_owned(),
-                (Some(_), Some(message)) => message.to_owned(),
-                (Some(_), None) => observed["status"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_lowercase(),
-            };
-            let (application, service, release_channel) = object.instance.clone();
-            let _ = self.changes.send(ObjectsChanged {
-                application,
-                service,
-                release_channel,
-                changes: vec![format!("{}: {what}", key.shown())],
-            });
+        let Some(object) = remembered.get_mut(key) else {
+            return;
+        };
+        let live = cache.get(&key.name);
+        let observed = state::observe(&object.applied, live.as_ref());
+        let summary = state::summary(&observed);
+        if summary == object.summary {
+            return;
         }
+        object.summary = summary;
+        let what = match (&live, observed["message"].as_str()) {
+            (None, _) => "deleted".to_owned(),
+            (Some(_), Some(message)) => message.to_owned(),
+            (Some(_), None) => observed["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase(),
+        };
+        let (application, service, release_channel) = object.instance.clone();
+        let _ = self.changes.send(ObjectsChanged {
+            application,
+            service,
+            release_channel,
+            changes: vec![format!("{}: {what}", key.shown())],
+        });
     }
 }
