@@ -18,12 +18,21 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use vergence_aws::DynamoStore;
-use vergence_aws::testing::{dynamodb_client, fresh_bucket, sdk_config, unique_name};
+use vergence_aws::testing::{
+    DYNAMODB_URL, SQS_URL, dynamodb_client, endpoint, fresh_bucket, sdk_config, unique_name,
+};
 use vergence_engine::control::Control;
 use vergence_lambda::worker::Worker;
 use vergence_lambda::{AwsClients, Deployment, DeploymentConfig, scheduler};
-use vergence_model::ports::{Clock, InstanceFilter, ManualClock, SystemClock};
-use vergence_model::{InstanceRecord, Status};
+use vergence_model::ports::{Clock, EventStore, InstanceFilter, ManualClock, SystemClock};
+use vergence_model::{Event, EventFilter, InstanceRecord, Status};
+
+/// DynamoDB Local's and moto's SQS endpoints from the environment
+/// (`scripts/services.sh`); `None` lets a test skip where they are not
+/// running (CI sets `VERGENCE_REQUIRE_SERVICES`, which makes that fail).
+pub fn endpoints() -> Option<(String, String)> {
+    Some((endpoint(DYNAMODB_URL)?, endpoint(SQS_URL)?))
+}
 
 /// The functions' sample events (also used by `cargo lambda invoke`).
 pub fn event_file(name: &str) -> PathBuf {
@@ -257,6 +266,15 @@ impl Harness {
             }
         }
         response
+    }
+
+    /// Every event recorded, as the store lists them.
+    pub async fn events(&self) -> Vec<Event> {
+        self.deployment
+            .store
+            .list_events(&EventFilter::default())
+            .await
+            .unwrap()
     }
 
     pub async fn instances(&self) -> Vec<InstanceRecord> {

@@ -13,19 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use vergence_aws::testing::endpoint;
-use vergence_e2e::{Harness, quickstart_copy};
+use vergence_e2e::{Harness, endpoints, quickstart_copy};
 use vergence_lambda::worker::{Worker, WorkerConfig};
 use vergence_model::ports::{ArtifactStore, JobResultSink, ManualClock, Runner};
 use vergence_model::{EventFilter, EventKind, JobHandle, JobKind, JobRecord, JobResult, Status};
 use vergence_runner_local::LocalRunner;
-
-fn endpoints() -> Option<(String, String)> {
-    Some((
-        endpoint("VERGENCE_TEST_DYNAMODB_URL")?,
-        endpoint("VERGENCE_TEST_SQS_URL")?,
-    ))
-}
 
 /// Applies started per (instance, version), from the audit trail.
 async fn applies(h: &Harness) -> BTreeMap<(String, String), usize> {

@@ -18,17 +18,12 @@ use async_trait::async_trait;
 use google_cloud_auth::credentials::anonymous;
 use jiff::Timestamp;
 use serde_json::json;
-use vergence_aws::testing::{DYNAMODB_URL, SQS_URL, endpoint};
-use vergence_e2e::Harness;
+use vergence_e2e::{Harness, endpoints};
 use vergence_fake_cloud_run::{FakeCloudRun, TaskExecutor, TaskOutcome, TaskRun};
 use vergence_lambda::worker::{Worker, WorkerConfig};
-use vergence_model::ports::{EventStore, ManualClock};
-use vergence_model::{EventFilter, EventKind, JobOutcome, Status};
+use vergence_model::ports::ManualClock;
+use vergence_model::{EventKind, JobOutcome, Status};
 use vergence_runner_cloud_run::CloudRunClients;
-
-fn endpoints() -> Option<(String, String)> {
-    Some((endpoint(DYNAMODB_URL)?, endpoint(SQS_URL)?))
-}
 
 /// What the runtime's image does, by the job it is given.
 #[derive(Default)]
@@ -140,12 +135,7 @@ async fn cloud_run_jobs_started_by_the_worker_converge_staging_then_prod() {
     // prod's first apply failed and was retried: one failed result, then
     // a good one.
     assert_eq!(image.applies.lock().unwrap()["prod"], 2);
-    let events = h
-        .deployment
-        .store
-        .list_events(&EventFilter::default())
-        .await
-        .unwrap();
+    let events = h.events().await;
     let failed: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.kind {

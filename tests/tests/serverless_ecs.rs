@@ -19,16 +19,12 @@ use std::time::{Duration, Instant};
 use aws_sdk_ecs::types::DesiredStatus;
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use vergence_aws::testing::{DYNAMODB_URL, SQS_URL, endpoint, unique_name};
-use vergence_e2e::Harness;
+use vergence_aws::testing::unique_name;
+use vergence_e2e::{Harness, endpoints};
 use vergence_lambda::worker::{Worker, WorkerConfig};
-use vergence_model::ports::{EventStore, JobStore, ManualClock};
-use vergence_model::{EventFilter, EventKind, JobHandle, JobId, JobState, Status};
+use vergence_model::ports::{JobStore, ManualClock};
+use vergence_model::{EventKind, JobHandle, JobId, JobState, Status};
 use vergence_runner_ecs::testing::{Moto, StoppedAs};
-
-fn endpoints() -> Option<(String, String)> {
-    Some((endpoint(DYNAMODB_URL)?, endpoint(SQS_URL)?))
-}
 
 /// A two-channel application whose one service runs on ECS: a structured
 /// fetch that hands a plan to the apply of the same version.
@@ -288,12 +284,7 @@ impl Platform {
 
 /// How many results were recorded for each job.
 async fn results_by_job(h: &Harness) -> BTreeMap<JobId, usize> {
-    let events = h
-        .deployment
-        .store
-        .list_events(&EventFilter::default())
-        .await
-        .unwrap();
+    let events = h.events().await;
     let mut by_job = BTreeMap::new();
     for event in events {
         if let EventKind::JobFinished { job_id, .. } = event.kind {
@@ -303,13 +294,16 @@ async fn results_by_job(h: &Harness) -> BTreeMap<JobId, usize> {
     by_job
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ecs_jobs_started_by_the_worker_converge_through_task_stopped_events() {
-    let Some((dynamodb, sqs)) = endpoints() else {
-        return;
-    };
+/// The serverless deployment over DynamoDB Local and moto's ECS, the
+/// config applied, a worker, and the platform that finishes tasks and
+/// sends their events as `delivery` says; `None` without the services.
+async fn on_ecs(
+    clock: Option<Arc<ManualClock>>,
+    delivery: EventDelivery,
+) -> Option<(Harness, Worker, Arc<tokio::sync::Mutex<Platform>>)> {
+    let (dynamodb, sqs) = endpoints()?;
     let moto = Moto::start().await.unwrap();
-    let mut h = Harness::start_on_ecs(&dynamodb, &sqs, None, moto.ecs.clone()).await;
+    let h = Harness::start_on_ecs(&dynamodb, &sqs, clock, moto.ecs.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), &moto);
     h.control()
@@ -317,9 +311,15 @@ async fn ecs_jobs_started_by_the_worker_converge_through_task_stopped_events() {
         .await
         .unwrap();
     let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
-    let platform = Arc::new(tokio::sync::Mutex::new(
-        Platform::new(moto, &h, EventDelivery::Twice).await,
-    ));
+    let platform = Platform::new(moto, &h, delivery).await;
+    Some((h, worker, Arc::new(tokio::sync::Mutex::new(platform))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecs_jobs_started_by_the_worker_converge_through_task_stopped_events() {
+    let Some((mut h, worker, platform)) = on_ecs(None, EventDelivery::Twice).await else {
+        return;
+    };
     let mut slowest = Duration::ZERO;
     h.converge(Duration::from_secs(180), async |h, event| {
         let started = Instant::now();
@@ -379,22 +379,10 @@ async fn assert_no_finished_in_flight_job(h: &Harness) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_task_stopped_event_only_delays_the_result() {
-    let Some((dynamodb, sqs)) = endpoints() else {
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let Some((mut h, worker, platform)) = on_ecs(Some(clock), EventDelivery::Never).await else {
         return;
     };
-    let moto = Moto::start().await.unwrap();
-    let clock = Arc::new(ManualClock::new(Timestamp::now()));
-    let mut h = Harness::start_on_ecs(&dynamodb, &sqs, Some(clock), moto.ecs.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), &moto);
-    h.control()
-        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
-        .await
-        .unwrap();
-    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
-    let platform = Arc::new(tokio::sync::Mutex::new(
-        Platform::new(moto, &h, EventDelivery::Never).await,
-    ));
     h.converge(Duration::from_secs(180), async |h, event| {
         h.deliver(&worker, event).await;
         platform.lock().await.finish_running_tasks().await;

@@ -11,7 +11,17 @@ use std::collections::BTreeMap;
 use aws_sdk_ecs::types::{Compatibility, LogDriver, NetworkMode};
 use common::{EXECUTION_ROLE, JobOn, Moto, TASK_ROLE, dispatch};
 use vergence_model::ports::Runner;
-use vergence_model::{JobKind, SecretRef};
+use vergence_model::{JobKind, JobRecord, SecretRef};
+use vergence_runner_ecs::EcsRunner;
+
+/// Dispatches `job` and answers the task definition its task runs.
+async fn definition_of(moto: &Moto, runner: &EcsRunner, job: &JobRecord) -> Option<String> {
+    let (_, handle) = dispatch(runner, job).await;
+    moto.task(&handle)
+        .await
+        .task_definition_arn()
+        .map(str::to_owned)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
@@ -22,17 +32,10 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
     // One program (the definition's entrypoint), other arguments.
     let fetch = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["deploy", "check"]);
     let apply = moto.job(JobKind::Apply, "deploy-tools:1.4.0", &["deploy", "apply"]);
-    let (_, first) = dispatch(&runner, &fetch).await;
-    let (_, second) = dispatch(&runner, &apply).await;
-    let definition = moto
-        .task(&first)
-        .await
-        .task_definition_arn()
-        .unwrap()
-        .to_owned();
+    let definition = definition_of(&moto, &runner, &fetch).await.unwrap();
     assert_eq!(
-        moto.task(&second).await.task_definition_arn(),
-        Some(definition.as_str())
+        definition_of(&moto, &runner, &apply).await,
+        Some(definition.clone())
     );
     let family = definition
         .rsplit('/')
@@ -47,14 +50,10 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
     // A runner that starts afresh (another Lambda) finds it instead of
     // registering a second revision.
     let fresh = moto.runner();
-    let (_, third) = dispatch(
-        &fresh,
-        &moto.job(JobKind::GetInfo, "deploy-tools:1.4.0", &["deploy", "info"]),
-    )
-    .await;
+    let info = moto.job(JobKind::GetInfo, "deploy-tools:1.4.0", &["deploy", "info"]);
     assert_eq!(
-        moto.task(&third).await.task_definition_arn(),
-        Some(definition.as_str())
+        definition_of(&moto, &fresh, &info).await,
+        Some(definition.clone())
     );
     let revisions = moto
         .plain_ecs
@@ -66,24 +65,16 @@ async fn the_task_definition_is_registered_once_and_reused_across_jobs() {
     assert_eq!(revisions.task_definition_arns(), [definition.as_str()]);
 
     // Another image is another task definition.
-    let (_, other) = dispatch(
-        &runner,
-        &moto.job(JobKind::Fetch, "deploy-tools:1.5.0", &["deploy", "check"]),
-    )
-    .await;
+    let other = moto.job(JobKind::Fetch, "deploy-tools:1.5.0", &["deploy", "check"]);
     assert_ne!(
-        moto.task(&other).await.task_definition_arn(),
-        Some(definition.as_str())
+        definition_of(&moto, &runner, &other).await,
+        Some(definition.clone())
     );
     // So is another program: RunTask cannot override an entrypoint.
-    let (_, script) = dispatch(
-        &runner,
-        &moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]),
-    )
-    .await;
+    let script = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]);
     assert_ne!(
-        moto.task(&script).await.task_definition_arn(),
-        Some(definition.as_str())
+        definition_of(&moto, &runner, &script).await,
+        Some(definition.clone())
     );
 
     // The runner made the log group awslogs writes to.
