@@ -567,7 +567,8 @@ fn local_driver(
         local.queue.clone(),
         runners,
         local.clock.clone(),
-    );
+    )
+    .with_artifacts(local.artifacts.clone());
     Driver::new(
         engine,
         local.store.clone(),

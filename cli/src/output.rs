@@ -201,10 +201,16 @@ pub fn instance_details(
 ) -> std::io::Result<()> {
     for record in records {
         let state = &record.state;
+        // The plan of what the instance is headed for: the desired version,
+        // or the one a rollback goes back to.
+        let headed_for = match &state.rollback {
+            Some(rollback) => Some(&rollback.to.version),
+            None => record.desired.version(),
+        };
         let plan = state
             .plan
             .as_ref()
-            .filter(|p| Some(&p.version) == record.desired.version());
+            .filter(|p| Some(&p.version) == headed_for);
         if plan.is_none() && state.info.is_empty() {
             continue;
         }
@@ -220,8 +226,19 @@ pub fn instance_details(
                 plan.version,
                 vergence_engine::moment(plan.at)
             )?;
+            // A Terraform plan is read as its changes; its files are a
+            // binary plan and a large JSON, shown by size and digest.
+            if let Some(content) = &plan.content {
+                writeln!(out, "    changes {}", content.counts)?;
+                for change in &content.changes {
+                    writeln!(out, "      {change}")?;
+                }
+            }
             for (artifact, file) in plan.artifacts.iter().zip(plan.files()) {
                 writeln!(out, "    {file}")?;
+                if plan.content.is_some() {
+                    continue;
+                }
                 if let Some(text) = plan_texts.get(&artifact.key) {
                     for line in text.lines() {
                         writeln!(out, "      {line}")?;

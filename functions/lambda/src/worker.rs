@@ -111,7 +111,8 @@ impl Worker {
             self.deployment.work(),
             runners,
             self.deployment.clock.clone(),
-        );
+        )
+        .with_artifacts(self.deployment.artifacts.clone());
         let mut response = SqsBatchResponse::default();
         for message in event.records {
             if self.handle_message(&engine, &message).await == Disposition::Redeliver {

@@ -10,9 +10,10 @@ use super::gates::{self, Gate, human};
 use super::rollback;
 use super::{Decision, Facts};
 use vergence_model::{
-    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FetchSpec, FetchVerdict, InFlightJob,
-    InstanceControls, InstanceKey, InstanceRecord, InstanceState, JobOutcome, JobRecord, JobResult,
-    Precondition, Status, TargetProgress, Version, WaitCause,
+    CompiledInstance, Desired, DriftPolicy, Event, EventKind, FailureBehavior, FetchSpec,
+    FetchVerdict, InFlightJob, InstanceControls, InstanceKey, InstanceRecord, InstanceState,
+    JobOutcome, JobRecord, JobResult, Lifecycle, LifecycleKind, Precondition, Status,
+    TargetProgress, Version, WaitCause,
 };
 
 mod absorb;
@@ -168,8 +169,12 @@ impl Decider<'_> {
     }
 
     /// What the instance should run now: the desired state, or during a
-    /// rollback the version it goes back to. A rollback passes no gate but
-    /// a pause: it is the way out of a failure, not a new release.
+    /// rollback the version it goes back to. A rollback is not a promotion,
+    /// so upstream channels and promotion approvals do not hold it; it does
+    /// change the runtime, so what guards the runtime holds it like any
+    /// apply: the pause, the runtime's approval before apply, time windows
+    /// and deployment protections (a failing `FAIL` protection blocks it
+    /// instead of failing the way out).
     fn effective(&self, desired: &CompiledInstance) -> CompiledInstance {
         let Some(rollback) = &self.state.rollback else {
             let mut spec = desired.clone();
@@ -186,9 +191,13 @@ impl Decider<'_> {
         spec.apply = rollback.to.apply.clone();
         spec.fetch = rollback.to.fetch.clone();
         spec.preconditions.clear();
-        spec.protections.clear();
-        spec.require_approval_before_apply = false;
-        spec.windows = Default::default();
+        spec.protections
+            .retain(|p| p.lifecycle.kind() == LifecycleKind::Deployment);
+        for protection in &mut spec.protections {
+            protection.lifecycle = Lifecycle::Deployment {
+                failure_behavior: FailureBehavior::Block,
+            };
+        }
         spec
     }
 
@@ -268,7 +277,12 @@ impl Decider<'_> {
         };
         let interval = match observation.verdict {
             FetchVerdict::Converged => fetch.steady_state_poll_interval,
-            FetchVerdict::Error => spec.apply.retry_policy.backoff(target.fetch_failures),
+            // A transient error (a Terraform state lock) is spaced out by
+            // its own count, and never counts towards failing.
+            FetchVerdict::Error => spec
+                .apply
+                .retry_policy
+                .backoff(target.fetch_failures.max(target.retryable_exits)),
             _ => fetch.poll_interval,
         };
         let due = after(observation.at, interval);

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use vergence_model::terraform::{PLAN_JSON, PlanContent};
 use vergence_model::{FetchMode, FetchVerdict, JobResult, Version, last_line};
 
 /// Interprets a finished fetch for the desired `version`.
@@ -16,6 +17,43 @@ pub fn interpret(mode: FetchMode, result: &JobResult, version: &Version) -> (Fet
             }
             structured(&result.stdout, version.as_str())
         }
+        FetchMode::TerraformPlan => terraform_plan(result, None),
+    }
+}
+
+/// Interprets Vergence's Terraform fetch: `plan -detailed-exitcode`, whose
+/// plan's changes the step read from its `plan.json` (`plan`).
+pub fn terraform_plan(
+    result: &JobResult,
+    plan: Option<&Result<PlanContent, String>>,
+) -> (FetchVerdict, String) {
+    if result.exited_with(0) {
+        return (
+            FetchVerdict::Converged,
+            "terraform plan: no changes".to_owned(),
+        );
+    }
+    if !result.exited_with(2) {
+        return (
+            FetchVerdict::Error,
+            format!("terraform plan {}", result.describe()),
+        );
+    }
+    match plan {
+        Some(Ok(content)) => (
+            FetchVerdict::NeedsApply,
+            format!("terraform plan {}", content.summary()),
+        ),
+        Some(Err(why)) => (
+            FetchVerdict::Error,
+            format!("terraform plan has changes, but {why}"),
+        ),
+        None => (
+            FetchVerdict::Error,
+            format!(
+                "terraform plan has changes, but its {PLAN_JSON} was not kept (job files over 4 MiB are dropped, and a deployment without a job-file store keeps none), so its changes cannot be shown or approved"
+            ),
+        ),
     }
 }
 

@@ -126,6 +126,7 @@ pub fn all(
         gates.extend(protections(spec, LifecycleKind::PreApproval, facts, state));
     }
     if spec.require_approval_before_apply {
+        let wanted = wanted.given_since(reapply_since(spec, state));
         gates.push((
             "requireApprovalBeforeApply".to_owned(),
             approval_before_apply(&wanted, spec, facts),
@@ -163,6 +164,8 @@ fn pause(spec: &CompiledInstance, controls: &InstanceControls) -> Gate {
 struct Approvable<'a> {
     version: &'a Version,
     plan: Option<&'a PlanRecord>,
+    /// Approvals older than this do not count (see [`reapply_since`]).
+    since: Option<Timestamp>,
 }
 
 impl<'a> Approvable<'a> {
@@ -171,12 +174,22 @@ impl<'a> Approvable<'a> {
         Self {
             version,
             plan: state.plan.as_ref().filter(|p| &p.version == version),
+            since: None,
+        }
+    }
+
+    fn given_since(&self, since: Option<Timestamp>) -> Self {
+        Self {
+            version: self.version,
+            plan: self.plan,
+            since,
         }
     }
 
     fn approved(&self, facts: &Facts) -> bool {
         facts.approvals.iter().any(|a: &Approval| {
             &a.version == self.version
+                && self.since.is_none_or(|since| a.at >= since)
                 && self
                     .plan
                     .is_none_or(|p| a.plan_sha256.as_deref() == Some(p.sha256.as_str()))
@@ -190,6 +203,24 @@ impl<'a> Approvable<'a> {
             None => self.version.to_string(),
         }
     }
+}
+
+/// When the runtime's approval before apply must have been given for an
+/// apply that is not the version's first: the approval of a version covers
+/// rolling it out once. Remediating drift on it (it converged before) needs
+/// an approval given since it converged, and a rollback one given since the
+/// rollback started, whatever was approved for that version long ago.
+fn reapply_since(spec: &CompiledInstance, state: &InstanceState) -> Option<Timestamp> {
+    if let Some(rollback) = state
+        .rollback
+        .as_ref()
+        .filter(|r| r.to.version == spec.version)
+    {
+        return Some(rollback.started_at);
+    }
+    state
+        .converged_at
+        .filter(|_| state.current_version.as_ref() == Some(&spec.version))
 }
 
 /// The command that gives the approval, for reasons.

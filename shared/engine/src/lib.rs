@@ -29,6 +29,7 @@ pub use gates::{Gate, UpstreamView, human};
 pub use runners::RunnerRouter;
 pub use step::{Engine, JobCompletion, StepReport, enqueue_due, load_facts};
 
+use vergence_model::terraform::PlanContent;
 use vergence_model::{
     AlertState, Approval, Event, InstanceRecord, InstanceState, JobRecord, ReleaseChannelName,
     RunnerSpec, Status, WaitCause,
@@ -48,6 +49,9 @@ pub struct Facts {
     pub alerts: BTreeMap<String, AlertState>,
     /// Runners its jobs use that cannot take jobs now, with the reason.
     pub unavailable_runners: Vec<(RunnerSpec, String)>,
+    /// The changes of the plan the finished Terraform fetch made, read from
+    /// its `plan.json` (`Err`: why they could not be read).
+    pub plan: Option<Result<PlanContent, String>>,
 }
 
 impl Facts {
@@ -59,6 +63,7 @@ impl Facts {
             approvals: Vec::new(),
             alerts: BTreeMap::new(),
             unavailable_runners: Vec::new(),
+            plan: None,
         }
     }
 

@@ -99,6 +99,9 @@ pub(crate) enum Shown {
     Failed { reason: String },
     /// On its way back: ROLLING_BACK, with the usual reason after why.
     RollingBack { reason: String },
+    /// Held by a gate (an approval, a window): that status, with a reason
+    /// that says it is a rollback that waits.
+    Held { reason: String },
 }
 
 /// How `status` (with `reason`) reads while `rollback` runs.
@@ -123,6 +126,10 @@ pub(crate) fn shown(rollback: &Rollback, status: Status, reason: &str) -> Shown 
             reason: format!("rollback to {to} failed too: {reason}"),
         },
         Status::Paused | Status::Drifted | Status::RolledBack => Shown::AsIs,
+        // Held by a gate like any apply: the status says what it waits on.
+        Status::WaitingApproval | Status::Blocked => Shown::Held {
+            reason: format!("rollback to {to} after {why}: {reason}"),
+        },
         _ => Shown::RollingBack {
             reason: format!("rolling back to {to} after {why}: {reason}"),
         },

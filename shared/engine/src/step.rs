@@ -14,9 +14,10 @@ use tracing::{debug, instrument, warn};
 use super::{Decision, Facts, RunnerRouter, Settled, UpstreamView, decide, settled};
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
-    Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink,
+    ArtifactStore, Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink,
     MAX_CONFLICT_RETRIES, Runner, StateStore, WorkItem, WorkQueue,
 };
+use vergence_model::terraform::{self, PlanContent};
 use vergence_model::{
     Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult, JobState,
     Precondition, ProtectionCheck, Status,
@@ -41,6 +42,9 @@ pub struct Engine {
     queue: Arc<dyn WorkQueue>,
     runners: Arc<RunnerRouter>,
     clock: Arc<dyn Clock>,
+    /// Where jobs' files are kept: a Terraform fetch's plan is read from
+    /// it. Without one, such plans cannot be judged.
+    artifacts: Option<Arc<dyn ArtifactStore>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -61,7 +65,14 @@ impl Engine {
             queue,
             runners: Arc::new(runners),
             clock,
+            artifacts: None,
         }
+    }
+
+    /// Reads the files jobs keep from `artifacts` (a Terraform plan's JSON).
+    pub fn with_artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Self {
+        self.artifacts = Some(artifacts);
+        self
     }
 
     /// One convergence step for `key`. A decision that asks for a
@@ -168,6 +179,9 @@ impl Engine {
             facts.finished_job = self
                 .finished_job(&flight.job_id, flight.stop.as_deref(), now)
                 .await?;
+            if let Some(job) = &facts.finished_job {
+                facts.plan = self.terraform_plan(job).await;
+            }
         }
         if let Some(spec) = record.desired.compiled() {
             for runner in spec.runners() {
@@ -178,6 +192,26 @@ impl Engine {
             }
         }
         Ok(facts)
+    }
+
+    /// The changes of the plan a finished Terraform fetch made, read from
+    /// the `plan.json` it kept (the plan file itself is binary); `None` for
+    /// any other job.
+    async fn terraform_plan(
+        &self,
+        job: &JobRecord,
+    ) -> Option<std::result::Result<PlanContent, String>> {
+        let result = job.result().filter(|r| r.exited_with(2))?;
+        let json = result
+            .outputs
+            .iter()
+            .find(|a| a.name == terraform::PLAN_JSON)?;
+        let artifacts = self.artifacts.as_ref()?;
+        Some(match artifacts.get(&json.key).await {
+            Ok(Some(content)) => terraform::plan_content(&content),
+            Ok(None) => Err(format!("its {} is gone from the artifact store", json.name)),
+            Err(e) => Err(format!("its {} could not be read: {e}", json.name)),
+        })
     }
 
     /// The in-flight job if it has a result. When no report came, its runner

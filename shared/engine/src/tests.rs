@@ -75,6 +75,9 @@ pub(super) struct Sim {
     pub(super) approvals: Vec<Approval>,
     pub(super) alerts: BTreeMap<String, AlertState>,
     pub(super) unavailable_runners: Vec<(RunnerSpec, String)>,
+    /// The plan the next finished job's fetch made (what the step reads
+    /// from its `plan.json`).
+    plan: Option<PlanContent>,
     last: Option<Decision>,
 }
 
@@ -97,6 +100,7 @@ impl Sim {
             approvals: Vec::new(),
             alerts: BTreeMap::new(),
             unavailable_runners: Vec::new(),
+            plan: None,
             last: None,
         }
     }
@@ -109,6 +113,7 @@ impl Sim {
             approvals: self.approvals.clone(),
             alerts: self.alerts.clone(),
             unavailable_runners: self.unavailable_runners.clone(),
+            plan: None,
         }
     }
 
@@ -195,8 +200,14 @@ impl Sim {
         };
         let mut facts = self.facts();
         facts.finished_job = Some(job);
+        facts.plan = self.plan.take().map(Ok);
         let decision = decide(&self.record, &facts);
         self.apply(decision)
+    }
+
+    /// The next finished fetch made a plan of these changes.
+    pub(super) fn plan_next(&mut self, content: PlanContent) {
+        self.plan = Some(content);
     }
 
     pub(super) fn advance(&mut self, by: SignedDuration) {

@@ -126,6 +126,10 @@ pub enum FetchMode {
     ExitCode,
     /// JSON on stdout describing objects and their versions.
     Structured,
+    /// Vergence's Terraform fetch: `plan -detailed-exitcode` (0 = no
+    /// changes, 2 = changes, planned into [`crate::terraform::PLAN_FILE`]),
+    /// read through `terraform show -json`.
+    TerraformPlan,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -27,6 +27,7 @@ pub mod policy;
 pub mod ports;
 pub mod release;
 pub mod runner;
+pub mod terraform;
 pub mod token;
 pub mod window;
 

@@ -280,9 +280,14 @@ pub struct PlanRecord {
     /// Sequence number of the fetch that produced it.
     pub fetch_seq: u64,
     pub at: Timestamp,
-    /// Digest over every artifact: what an approval binds to.
+    /// What an approval binds to: for a Terraform plan, the digest of its
+    /// changes (the same for every re-plan of the same changes); otherwise
+    /// a digest over every artifact.
     pub sha256: String,
     pub artifacts: Vec<Artifact>,
+    /// A Terraform plan's changes, for people (`+1 ~0 -0: + terraform_data.app`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<crate::terraform::PlanContent>,
 }
 
 impl PlanRecord {
@@ -298,7 +303,31 @@ impl PlanRecord {
             at,
             sha256: digest,
             artifacts,
+            content: None,
         }
+    }
+
+    /// A Terraform plan: bound by the digest of its changes.
+    pub fn terraform(
+        version: Version,
+        fetch_seq: u64,
+        at: Timestamp,
+        artifacts: Vec<Artifact>,
+        content: crate::terraform::PlanContent,
+    ) -> Self {
+        Self {
+            version,
+            fetch_seq,
+            at,
+            sha256: content.digest.clone(),
+            artifacts,
+            content: Some(content),
+        }
+    }
+
+    /// What the plan changes, when it is a Terraform plan.
+    pub fn summary(&self) -> Option<String> {
+        self.content.as_ref().map(|c| c.summary())
     }
 
     /// One line per artifact, for people: name, size and digest (a plan

@@ -67,8 +67,9 @@ impl Control {
         Ok(release)
     }
 
-    /// Records an approval for one instance, bound to a version (the desired
-    /// one when not given).
+    /// Records an approval for one instance, bound to a version (when not
+    /// given: the one a rollback goes back to while one runs, else the
+    /// desired one).
     pub async fn approve(
         &self,
         key: &InstanceKey,
@@ -82,7 +83,11 @@ impl Control {
             .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
         let version = match version {
             Some(v) => v.clone(),
-            None => record.desired.version().cloned().ok_or_else(|| {
+            None => match &record.state.rollback {
+                Some(rollback) => Some(rollback.to.version.clone()),
+                None => record.desired.version().cloned(),
+            }
+            .ok_or_else(|| {
                 Error::invalid(
                     "version",
                     format!("{key} has no desired version yet; pass --version"),

@@ -25,6 +25,7 @@ impl Control {
             lines.extend(gates(spec, &facts, &record));
             lines.extend(post_deployment(spec, &record.state));
         }
+        lines.extend(plan(&record.state));
         lines.extend(last_jobs(&record.state));
         lines.extend(running_job(&record.state));
         lines.push(next_check(&record));
@@ -124,6 +125,19 @@ fn post_deployment(spec: &CompiledInstance, state: &InstanceState) -> Vec<String
         ));
     }
     lines
+}
+
+/// The plan an apply would use and what an approval binds to.
+fn plan(state: &InstanceState) -> Option<String> {
+    state.plan.as_ref().map(|plan| {
+        let what = plan.summary().unwrap_or_else(|| plan.files().join(", "));
+        format!(
+            "  plan {} for {} (from the fetch at {}): {what}",
+            plan.short(),
+            plan.version,
+            moment(plan.at)
+        )
+    })
 }
 
 /// The last job of each kind, with the end of its stderr.

@@ -8,9 +8,10 @@ use jiff::SignedDuration;
 use super::{Decider, after, moment};
 use crate::fetch;
 use crate::gates::human;
+use vergence_model::terraform::{self, Failure};
 use vergence_model::{
-    CompiledInstance, EventKind, FetchObservation, FetchVerdict, InFlightJob, InfoOutput, JobKind,
-    JobOutcome, JobResult, JobSummary, PlanRecord, ProtectionObservation,
+    CompiledInstance, EventKind, FetchMode, FetchObservation, FetchVerdict, InFlightJob,
+    InfoOutput, JobKind, JobOutcome, JobResult, JobSummary, PlanRecord, ProtectionObservation,
 };
 
 impl Decider<'_> {
@@ -166,6 +167,11 @@ impl Decider<'_> {
             }
             return;
         }
+        let terraform = spec
+            .fetch
+            .as_ref()
+            .is_some_and(|f| f.mode == FetchMode::TerraformPlan);
+        let failure = terraform_failure(terraform, FetchVerdict::Error, result);
         let retryable = result.outcome == JobOutcome::Exited
             && result
                 .exit_code
@@ -174,7 +180,18 @@ impl Decider<'_> {
             self.job_finished_event(flight, result, format!("{what} {}", result.describe()));
             return;
         }
-        if retryable {
+        if failure == Failure::StalePlan {
+            return self.stale_plan(flight, result, &what);
+        }
+        let transient = match failure {
+            Failure::Transient(why) => Some(why),
+            _ => None,
+        };
+        if retryable || transient.is_some() {
+            let marks = match transient {
+                Some(why) => format!("{why}, which is not a failed attempt"),
+                None => format!("which runtime {} marks retryable", spec.runtime),
+            };
             let policy = spec.apply.retry_policy;
             let now = self.now;
             let target = self.target();
@@ -186,9 +203,8 @@ impl Decider<'_> {
                 flight,
                 result,
                 format!(
-                    "{what} {}, which runtime {} marks retryable; retrying at {}",
+                    "{what} {}, {marks}; retrying at {}",
                     result.describe(),
-                    spec.runtime,
                     moment(retry_at)
                 ),
             );
@@ -204,6 +220,26 @@ impl Decider<'_> {
                 target.retry_at = None;
             }
         }
+    }
+
+    /// The apply's plan no longer matches the state (someone changed it
+    /// since the plan was made). Not a failed attempt: plan again. The new
+    /// plan is applied without asking again only when it makes the same
+    /// changes, because the approval binds to the digest of the changes.
+    fn stale_plan(&mut self, flight: &InFlightJob, result: &JobResult, what: &str) {
+        let approved = self.state.plan.take().map(|p| p.short().to_owned());
+        self.state.checks_requested = true;
+        let target = self.target();
+        target.applied_seq = None;
+        target.retry_at = None;
+        let plan = approved.map(|p| format!(" {p}")).unwrap_or_default();
+        self.job_finished_event(
+            flight,
+            result,
+            format!(
+                "{what}: its plan{plan} is stale (the state changed since it was made); planning again, and a plan with other changes needs a new approval"
+            ),
+        );
     }
 
     /// Counts a failed attempt against the retry policy: wait and retry, or
@@ -235,8 +271,14 @@ impl Decider<'_> {
         stale: bool,
     ) {
         let Some(fetch) = &spec.fetch else { return };
-        let (verdict, summary) = fetch::interpret(fetch.mode, result, &flight.version);
+        let terraform = fetch.mode == FetchMode::TerraformPlan;
+        let (verdict, summary) = if terraform {
+            fetch::terraform_plan(result, self.facts.plan.as_ref())
+        } else {
+            fetch::interpret(fetch.mode, result, &flight.version)
+        };
         let previous = self.state.last_fetch.as_ref().map(|o| o.verdict);
+        let previous_plan = self.state.plan.as_ref().map(|p| p.sha256.clone());
         self.state.last_fetch = Some(FetchObservation {
             at: self.now,
             seq: flight.seq,
@@ -246,7 +288,22 @@ impl Decider<'_> {
         });
         // A plan is handed to the apply of the same version; an approval
         // binds to its digest, so a new plan needs a new approval.
-        if !fetch.job.outputs.is_empty() && result.outcome == JobOutcome::Exited {
+        if terraform {
+            if verdict != FetchVerdict::Error {
+                self.state.plan = match &self.facts.plan {
+                    Some(Ok(content)) if verdict == FetchVerdict::NeedsApply => {
+                        Some(PlanRecord::terraform(
+                            flight.version.clone(),
+                            flight.seq,
+                            self.now,
+                            result.outputs.clone(),
+                            content.clone(),
+                        ))
+                    }
+                    _ => None,
+                };
+            }
+        } else if !fetch.job.outputs.is_empty() && result.outcome == JobOutcome::Exited {
             self.state.plan = (!result.outputs.is_empty()).then(|| {
                 PlanRecord::new(
                     flight.version.clone(),
@@ -259,16 +316,28 @@ impl Decider<'_> {
         if stale {
             return;
         }
+        let transient = match terraform_failure(terraform, verdict, result) {
+            Failure::Transient(why) => Some(why),
+            _ => None,
+        };
         let target = self.target();
-        if verdict == FetchVerdict::Error {
+        if transient.is_some() {
+            // Spaced out like a failure, never counted as one.
+            target.retryable_exits += 1;
+        } else if verdict == FetchVerdict::Error {
             target.fetch_failures += 1;
         } else {
             target.fetch_failures = 0;
+            target.retryable_exits = 0;
         }
         let rollout_failed = verdict == FetchVerdict::Failed && target.applied_seq.is_some();
+        let plan_changed = self.state.plan.as_ref().map(|p| &p.sha256) != previous_plan.as_ref();
         // Steady-state checks that see nothing new would flood the audit
         // trail; record fetches that change the picture or fail.
-        if verdict == FetchVerdict::Error || previous != Some(verdict) {
+        if let Some(why) = transient {
+            let message = format!("fetch: {summary} ({why}; not counted as a failure)");
+            self.job_finished_event(flight, result, message);
+        } else if verdict == FetchVerdict::Error || previous != Some(verdict) || plan_changed {
             self.job_finished_event(flight, result, format!("fetch: {summary}"));
         }
         if rollout_failed {
@@ -277,5 +346,15 @@ impl Decider<'_> {
                 format!("the rollout of {} failed: {summary}", flight.version),
             );
         }
+    }
+}
+
+/// What a failed Terraform run means (a stale plan, a lock held by someone
+/// else); any other runtime's failures are just failures.
+fn terraform_failure(terraform: bool, verdict: FetchVerdict, result: &JobResult) -> Failure {
+    if terraform && verdict == FetchVerdict::Error && result.outcome == JobOutcome::Exited {
+        terraform::classify(&result.stderr_tail)
+    } else {
+        Failure::Other
     }
 }

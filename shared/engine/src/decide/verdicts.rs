@@ -163,7 +163,9 @@ impl Decider<'_> {
                 }
                 self.set_status(Status::RolledBack, reason, Some(WaitCause::Release));
             }
-            rollback::Shown::Failed { reason } => self.state.reason = reason,
+            rollback::Shown::Failed { reason } | rollback::Shown::Held { reason } => {
+                self.state.reason = reason;
+            }
             rollback::Shown::RollingBack { reason } => {
                 self.state.status = Status::RollingBack;
                 self.state.reason = reason;
