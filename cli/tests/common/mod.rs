@@ -3,6 +3,8 @@
 // Shared by several test binaries, each using a part; panics are the point.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

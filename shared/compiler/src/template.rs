@@ -91,6 +91,13 @@ impl Template {
         Ok(Template { pieces })
     }
 
+    /// Text used as it is, even if it has `{{`.
+    pub fn literal(text: &str) -> Template {
+        Template {
+            pieces: vec![Piece::Text(text.to_owned())],
+        }
+    }
+
     pub fn references(&self) -> impl Iterator<Item = &Reference> {
         self.pieces.iter().filter_map(|p| match p {
             Piece::Ref(r) => Some(r),

@@ -11,6 +11,7 @@ use vergence_model::*;
 
 mod kubernetes;
 mod runners;
+mod terraform;
 
 pub(crate) const SEED: &str = r#"runtime:
   name: my-custom-runtime

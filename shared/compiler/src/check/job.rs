@@ -38,6 +38,22 @@ pub(super) struct JobInput<'i> {
     pub(super) owner: &'i str,
 }
 
+/// What a job's templates may refer to: the parameters of their owner.
+pub(super) struct TemplateScope<'i> {
+    pub(super) params: &'i [ParamDecl],
+    /// Who declares those parameters, for messages: "runtime NAME".
+    pub(super) owner: &'i str,
+}
+
+impl JobInput<'_> {
+    fn scope(&self) -> TemplateScope<'_> {
+        TemplateScope {
+            params: self.params,
+            owner: self.owner,
+        }
+    }
+}
+
 impl Checker<'_> {
     /// Checks a job and parses its templates; `None` if anything in it is
     /// wrong. Its constant uses are added to `constant_uses`.
@@ -58,12 +74,19 @@ impl Checker<'_> {
             .enumerate()
             .filter_map(|(i, raw)| {
                 let path = cmd_path.index(i);
-                self.job_template(source, &input, &path, raw, false, constant_uses)
+                self.job_template(source, &input.scope(), &path, raw, false, constant_uses)
             })
             .collect();
         let image_path = program_path.key("image");
         let image = program.image.as_ref().and_then(|raw| {
-            self.job_template(source, &input, &image_path, raw, false, constant_uses)
+            self.job_template(
+                source,
+                &input.scope(),
+                &image_path,
+                raw,
+                false,
+                constant_uses,
+            )
         });
         let env = self.job_env(source, &input, &program_path, constant_uses);
         (self.errors.len() == before).then(|| JobTemplate {
@@ -116,7 +139,8 @@ impl Checker<'_> {
             if let Err(e) = check_env_name(name) {
                 self.err(source, &path, e);
             }
-            if let Some(t) = self.job_template(source, input, &path, raw, true, constant_uses) {
+            let scope = input.scope();
+            if let Some(t) = self.job_template(source, &scope, &path, raw, true, constant_uses) {
                 env.insert(name.clone(), t);
             }
         }
@@ -124,10 +148,10 @@ impl Checker<'_> {
     }
 
     /// Parses one template of a job and checks its references.
-    fn job_template(
+    pub(super) fn job_template(
         &mut self,
         source: &Source,
-        input: &JobInput<'_>,
+        input: &TemplateScope<'_>,
         path: &FieldPath,
         raw: &str,
         whole_secret_ok: bool,
@@ -157,7 +181,7 @@ impl Checker<'_> {
     fn references(
         &mut self,
         source: &Source,
-        input: &JobInput<'_>,
+        input: &TemplateScope<'_>,
         path: &FieldPath,
         template: &Template,
         whole_secret_ok: bool,

@@ -99,7 +99,7 @@ impl<'a> Checker<'a> {
             params: Vec::new(),
             apply: job.clone(),
             retryable_exit_codes: Vec::new(),
-            retry_policy: self.retry_policy(source, None),
+            retry_policy: self.retry_policy(source, &root, None),
             fetch: Some(FetchTemplate {
                 job,
                 mode: FetchMode::Structured,

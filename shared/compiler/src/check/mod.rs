@@ -21,6 +21,7 @@ mod runner_fields;
 mod runtime;
 mod secret;
 mod service;
+mod terraform;
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -41,6 +41,15 @@ struct RuntimeJobs<'r> {
     owner: String,
 }
 
+impl<'a> RuntimeSource<'a> {
+    pub(super) fn new(source: &'a Source, constant_uses: Vec<ConstantUse>) -> Self {
+        Self {
+            source,
+            constant_uses,
+        }
+    }
+}
+
 impl RuntimeJobs<'_> {
     /// The input for the job written under `key` (`apply`, `fetch`, `getInfo`).
     fn input<'i>(
@@ -74,6 +83,9 @@ impl<'a> Checker<'a> {
         if let Some(kubernetes) = &doc.kubernetes {
             return self.kubernetes_runtime(document, doc, kubernetes);
         }
+        if let Some(terraform) = &doc.terraform {
+            return self.terraform_runtime(document, doc, terraform);
+        }
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
@@ -104,7 +116,8 @@ impl<'a> Checker<'a> {
         let apply_timeout = apply_doc.timeout.map_or(DEFAULT_APPLY_TIMEOUT, |d| d.0);
         let apply_input = jobs.input("apply", &apply_doc.task_config, apply_timeout, &[]);
         let apply_job = self.job(source, apply_input, &mut constant_uses);
-        let retry_policy = self.retry_policy(source, apply_doc.retry_policy.as_ref());
+        let retry_path = root.key("apply").key("retryPolicy");
+        let retry_policy = self.retry_policy(source, &retry_path, apply_doc.retry_policy.as_ref());
         let fetch = doc.fetch.as_ref();
         let fetch = fetch.map(|f| self.fetch(source, &jobs, f, &mut constant_uses));
         let get_info = doc.get_info.as_ref();
@@ -148,7 +161,6 @@ impl<'a> Checker<'a> {
         let first_class = [
             ("ecs", doc.ecs.is_some()),
             ("cloudRun", doc.cloud_run.is_some()),
-            ("terraform", doc.terraform.is_some()),
         ];
         for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
             self.err(
@@ -217,9 +229,11 @@ impl<'a> Checker<'a> {
     }
 
     /// How a failed apply is retried; the defaults where nothing is set.
+    /// The retry policy written at `path` (default when absent).
     pub(super) fn retry_policy(
         &mut self,
         source: &Source,
+        path: &FieldPath,
         doc: Option<&RetryPolicyDoc>,
     ) -> RetryPolicy {
         let default = RetryPolicy::default();
@@ -229,7 +243,6 @@ impl<'a> Checker<'a> {
             max_interval: doc.max_interval.map_or(default.max_interval, |d| d.0),
             max_attempts: doc.max_attempts.unwrap_or(default.max_attempts),
         };
-        let path = FieldPath::root("runtime").key("apply").key("retryPolicy");
         if policy.max_attempts == 0 {
             self.err(
                 source,

@@ -97,7 +97,40 @@ pub struct RuntimeDoc {
     /// The first-class Kubernetes runtime: the agent applies the
     /// services' manifests itself.
     pub kubernetes: Option<KubernetesRuntimeDoc>,
-    pub terraform: Option<FirstClassDoc>,
+    /// The Terraform runtime: Vergence plans and applies a module itself,
+    /// on the runtime's runner.
+    pub terraform: Option<TerraformRuntimeDoc>,
+}
+
+/// `terraform: {module, backend, variables, workspace, image, …}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformRuntimeDoc {
+    /// `./dir` (a directory of the config, relative to this file), an
+    /// absolute path on the runner, or a module source Terraform can fetch.
+    pub module: Option<String>,
+    /// The same as `module` (the name CONFIG.md gives it).
+    pub path: Option<String>,
+    /// `-backend-config` settings, each a template.
+    pub backend: Option<BTreeMap<String, String>>,
+    /// The same as `backend`.
+    pub backend_config: Option<BTreeMap<String, String>>,
+    /// Input variables (`TF_VAR_name`), each a template.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
+    /// The state's workspace; a template, one per instance by default.
+    pub workspace: Option<String>,
+    /// An image with terraform (and vergence-wrapper) for container runners.
+    pub image: Option<String>,
+    /// Where plan and apply run (also accepted at the runtime's top level).
+    pub runner: Option<RunnerDoc>,
+    /// How long one plan or apply may take.
+    pub timeout: Option<DurationDoc>,
+    /// How often to plan until converged.
+    pub poll_interval: Option<DurationDoc>,
+    /// How often to plan once converged (drift detection).
+    pub steady_state_poll_interval: Option<DurationDoc>,
+    pub retry_policy: Option<RetryPolicyDoc>,
 }
 
 /// `kubernetes: {agent, namespace, pollInterval, steadyStatePollInterval, timeout}`.

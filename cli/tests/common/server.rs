@@ -1,0 +1,109 @@
+//! `vergence serve` on a free port, and the CLI in remote mode against it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Project, Run};
+
+/// A running `vergence serve`, killed if a test fails before stopping it.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    output: Option<JoinHandle<String>>,
+}
+
+impl Server {
+    /// Starts on port 0 and reads the URL from the first line of stdout.
+    pub fn start(project: &Project, extra_args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vergence"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(project.path())
+            .args(extra_args)
+            .current_dir(project.path())
+            .env_remove("RUST_LOG")
+            .env_remove("VERGENCE_ENDPOINT")
+            .env_remove("VERGENCE_WEBHOOK_SECRET")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start vergence serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        stdout.read_line(&mut first).expect("read the first line");
+        let url = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line of serve: {first:?}"))
+            .to_owned();
+        // Keep reading, so the server never blocks on a full pipe.
+        let output = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stdout.read_to_string(&mut rest);
+            rest
+        });
+        Self {
+            child,
+            url,
+            output: Some(output),
+        }
+    }
+
+    /// Stops with SIGTERM, as a service manager would; returns how it
+    /// exited and what it printed.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let output = self.output.take().unwrap().join().unwrap();
+        (status, output)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `vergence --endpoint URL --token TOKEN ARGS`.
+pub fn remote(project: &Project, server: &Server, token: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--endpoint", server.url.as_str(), "--token", token];
+    all.extend_from_slice(args);
+    project.vergence(&all)
+}
+
+pub fn create_token(project: &Project, scopes: &[&str]) -> String {
+    create_app_token(project, "shop", scopes)
+}
+
+/// A token of application `app` with `scopes`, made with the local CLI.
+pub fn create_app_token(project: &Project, app: &str, scopes: &[&str]) -> String {
+    let mut args = vec!["token", "create", "--app", app];
+    for scope in scopes {
+        args.extend(["--scope", scope]);
+    }
+    let run = project.vergence(&args);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("cannot be shown again"), "{run}");
+    let token = run.stdout.trim().to_owned();
+    assert!(token.starts_with("vgt_"), "{run}");
+    token
+}
+
+pub fn instances(run: &Run) -> Vec<Value> {
+    assert_eq!(run.code, 0, "{run}");
+    let json: Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    json["instances"].as_array().expect("instances").clone()
+}
