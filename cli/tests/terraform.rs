@@ -204,6 +204,12 @@ fn the_example_converges_staging_and_prod_applies_exactly_the_approved_plan() {
         prod["reason"].as_str().unwrap().contains("with plan "),
         "{prod}"
     );
+    // The API's shape (local status is the same): counts and addresses.
+    assert_eq!(prod["plan"]["counts"], "+3 ~0 -0", "{prod}");
+    assert_eq!(
+        prod["plan"]["changes"][2], "+ terraform_data.site",
+        "{prod}"
+    );
 
     // The plan is shown as its changes, never as the binary plan file.
     let status = project.vergence(&["status", "--service", "site"]);
@@ -333,6 +339,13 @@ fn a_rollback_on_an_approval_gated_runtime_waits_for_an_approval() {
         reason.contains("requires approval before applying v1"),
         "{reason}"
     );
+    let explain = project.vergence(&["explain", "app", "--release-channel", "prod"]);
+    assert!(
+        explain.stdout.contains(
+            "✗ requireApprovalBeforeApply: runtime tf requires approval before applying v1"
+        ),
+        "the rollback's own gates: {explain}"
+    );
     let applies_before = project.applies();
 
     // The approval for the rollback (`approve` names v1 by itself).
@@ -420,6 +433,8 @@ fn a_state_changed_after_the_approval_makes_the_plan_stale_and_asks_again() {
                     .is_some_and(|r| r.contains("requires approval"))
         },
     );
+    // The new plan replaces what was applied by hand.
+    assert_eq!(prod()["plan"]["changes"][0], "-/+ terraform_data.app");
     assert_eq!(
         state_image(&project),
         "by-hand",

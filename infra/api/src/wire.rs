@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use vergence_model::ConfigError;
 use vergence_model::{
     AgentName, AgentState, ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord,
-    ReleaseChannelName, ServiceName, Status, Version,
+    PlanRecord, ReleaseChannelName, ServiceName, Status, Version,
 };
 
 /// One instance in a status answer (and in `vergence status --output json`,
@@ -27,6 +27,44 @@ pub struct InstanceView {
     pub reason: String,
     /// What getInfo reported, for people.
     pub info: Vec<InfoOutput>,
+    /// The plan the next apply would use (and an approval binds to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanView>,
+}
+
+/// A plan as people read it: its digest, a Terraform plan's changes, and
+/// its files by name, size and digest (a plan file may be binary).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    pub version: Version,
+    /// What an approval binds to.
+    pub digest: String,
+    pub at: Timestamp,
+    /// `+1 ~2 -0` for a Terraform plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<String>,
+    /// `+ terraform_data.app`, one per changed resource.
+    #[serde(default)]
+    pub changes: Vec<String>,
+    pub files: Vec<String>,
+}
+
+impl PlanView {
+    pub fn of(plan: &PlanRecord) -> Self {
+        Self {
+            version: plan.version.clone(),
+            digest: plan.sha256.clone(),
+            at: plan.at,
+            counts: plan.content.as_ref().map(|c| c.counts.clone()),
+            changes: plan
+                .content
+                .as_ref()
+                .map(|c| c.changes.clone())
+                .unwrap_or_default(),
+            files: plan.files(),
+        }
+    }
 }
 
 impl InstanceView {
@@ -40,6 +78,7 @@ impl InstanceView {
             status: record.state.status,
             reason: record.state.reason.clone(),
             info: record.state.info.clone(),
+            plan: record.state.plan.as_ref().map(PlanView::of),
         }
     }
 }

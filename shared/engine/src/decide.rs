@@ -61,6 +61,43 @@ struct Decider<'a> {
     next: Option<Timestamp>,
 }
 
+/// What the instance should run now: the desired state, or during a
+/// rollback the version it goes back to. A rollback is not a promotion,
+/// so upstream channels and promotion approvals do not hold it; it does
+/// change the runtime, so what guards the runtime holds it like any
+/// apply: the pause, the runtime's approval before apply, time windows
+/// and deployment protections (a failing `FAIL` protection blocks it
+/// instead of failing the way out).
+pub(crate) fn effective(
+    desired: &CompiledInstance,
+    state: &InstanceState,
+    controls: &InstanceControls,
+) -> CompiledInstance {
+    let Some(rollback) = &state.rollback else {
+        let mut spec = desired.clone();
+        // A pin is a person choosing this version for this channel: it
+        // does not wait for upstream channels to run it too.
+        if controls.pinned.is_some() {
+            spec.preconditions
+                .retain(|p| !matches!(p, Precondition::ReleaseChannelStable { .. }));
+        }
+        return spec;
+    };
+    let mut spec = desired.clone();
+    spec.version = rollback.to.version.clone();
+    spec.apply = rollback.to.apply.clone();
+    spec.fetch = rollback.to.fetch.clone();
+    spec.preconditions.clear();
+    spec.protections
+        .retain(|p| p.lifecycle.kind() == LifecycleKind::Deployment);
+    for protection in &mut spec.protections {
+        protection.lifecycle = Lifecycle::Deployment {
+            failure_behavior: FailureBehavior::Block,
+        };
+    }
+    spec
+}
+
 pub(crate) fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
     at.checked_add(by).unwrap_or(Timestamp::MAX)
 }
@@ -168,37 +205,8 @@ impl Decider<'_> {
         true
     }
 
-    /// What the instance should run now: the desired state, or during a
-    /// rollback the version it goes back to. A rollback is not a promotion,
-    /// so upstream channels and promotion approvals do not hold it; it does
-    /// change the runtime, so what guards the runtime holds it like any
-    /// apply: the pause, the runtime's approval before apply, time windows
-    /// and deployment protections (a failing `FAIL` protection blocks it
-    /// instead of failing the way out).
     fn effective(&self, desired: &CompiledInstance) -> CompiledInstance {
-        let Some(rollback) = &self.state.rollback else {
-            let mut spec = desired.clone();
-            // A pin is a person choosing this version for this channel: it
-            // does not wait for upstream channels to run it too.
-            if self.controls.pinned.is_some() {
-                spec.preconditions
-                    .retain(|p| !matches!(p, Precondition::ReleaseChannelStable { .. }));
-            }
-            return spec;
-        };
-        let mut spec = desired.clone();
-        spec.version = rollback.to.version.clone();
-        spec.apply = rollback.to.apply.clone();
-        spec.fetch = rollback.to.fetch.clone();
-        spec.preconditions.clear();
-        spec.protections
-            .retain(|p| p.lifecycle.kind() == LifecycleKind::Deployment);
-        for protection in &mut spec.protections {
-            protection.lifecycle = Lifecycle::Deployment {
-                failure_behavior: FailureBehavior::Block,
-            };
-        }
-        spec
+        effective(desired, &self.state, self.controls)
     }
 
     fn ensure_target(&mut self, spec: &CompiledInstance) {

@@ -20,10 +20,12 @@ impl Control {
         let now = self.clock.now();
         let mut lines = header(key, &record);
         lines.extend(controls(&record));
-        if let Some(spec) = record.desired.compiled() {
+        if let Some(desired) = record.desired.compiled() {
             let facts = load_facts(self.store.as_ref(), &record, now).await?;
-            lines.extend(gates(spec, &facts, &record));
-            lines.extend(post_deployment(spec, &record.state));
+            // The gates of what runs now: during a rollback, its own.
+            let spec = crate::decide::effective(desired, &record.state, &record.controls);
+            lines.extend(gates(&spec, &facts, &record));
+            lines.extend(post_deployment(desired, &record.state));
         }
         lines.extend(plan(&record.state));
         lines.extend(last_jobs(&record.state));
