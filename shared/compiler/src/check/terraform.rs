@@ -35,7 +35,9 @@ const DEFAULT_WORKSPACE: &str =
 /// [-backend-config=…]`. Terraform's own output goes to stdout (kept for
 /// `status`), its errors to stderr (quoted in reasons). `.terraform` lives
 /// in a directory of the job's own, so instances sharing a module never
-/// share an init. The workspace is selected (created the first time) after
+/// share an init; providers come from a plugin cache shared by all jobs on
+/// the machine (unless `TF_PLUGIN_CACHE_DIR` says where), so a plan does
+/// not download them again. The workspace is selected (created the first time) after
 /// init rather than through `TF_WORKSPACE`, which refuses a workspace that
 /// does not exist yet once the backend has any other.
 const SCRIPT: &str = r#"set -eu
@@ -43,6 +45,10 @@ action="$1"; shift
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/vergence-terraform.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 export TF_DATA_DIR="$scratch/data"
+if [ -z "${TF_PLUGIN_CACHE_DIR:-}" ] && [ -n "${HOME:-}" ]; then
+  export TF_PLUGIN_CACHE_DIR="$HOME/.cache/vergence/terraform-plugins"
+fi
+if [ -n "${TF_PLUGIN_CACHE_DIR:-}" ]; then mkdir -p "$TF_PLUGIN_CACHE_DIR"; fi
 if [ "$VERGENCE_TF_MODULE_KIND" = source ]; then
   mkdir "$scratch/module" && cd "$scratch/module"
   terraform init -input=false -no-color -from-module="$VERGENCE_TF_MODULE" "$@" >/dev/null
