@@ -13,19 +13,11 @@ mod common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Project;
 use common::server::{Server, create_app_token, instances, remote};
+use common::{Project, wait_for};
 use serde_json::Value;
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 /// A copy of examples/terraform without state.
 fn example() -> Project {

@@ -7,6 +7,7 @@ pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -136,5 +137,14 @@ impl Project {
             .iter()
             .filter(|e| e["type"] == "jobStarted" && e["job"] == "apply")
             .count()
+    }
+}
+
+/// Polls `done` until it holds, failing the test after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
