@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod bundle;
+pub mod cloud_run;
 pub mod compiled;
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -12,6 +12,7 @@ mod handoff;
 mod jobs;
 mod results;
 mod runs;
+mod services;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
