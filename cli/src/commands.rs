@@ -551,11 +551,16 @@ fn local_driver(
         local.clock.clone(),
     ));
     let local_runner = Arc::new(
-        LocalRunner::new(sink, local.artifacts.clone(), max_jobs)
+        LocalRunner::new(sink.clone(), local.artifacts.clone(), max_jobs)
             .with_container_engine(runners.container_engine),
     );
-    let mut runners =
-        crate::runners::router(runners, deployment, local_runner, local.artifacts.clone());
+    let mut runners = crate::runners::router(
+        runners,
+        deployment,
+        local_runner,
+        local.artifacts.clone(),
+        sink,
+    );
     if agents {
         runners = runners.with(
             RunnerKind::Kubernetes,

@@ -1,7 +1,9 @@
 //! The runners `vergence up` and `vergence serve` hand jobs to: local
 //! processes (or containers) on this machine, and ECS tasks and Cloud Run
 //! executions started with the caller's own credentials (the AWS SDK's
-//! default chain; Google's application-default credentials).
+//! default chain; Google's application-default credentials); and the
+//! first-class ECS runtime's API calls, made from this process with the
+//! same AWS credentials.
 //!
 //! The remote runners are made when a job first needs one, so a config
 //! with only local jobs never looks for cloud credentials (which can mean
@@ -18,20 +20,38 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 use vergence_engine::RunnerRouter;
-use vergence_model::ports::{ArtifactStore, Availability, JobProgress, Runner};
-use vergence_model::{JobHandle, JobRecord, RunnerKind, RunnerSpec};
+use vergence_model::ports::{ArtifactStore, Availability, JobProgress, JobResultSink, Runner};
+use vergence_model::{BuiltinPlatform, JobHandle, JobRecord, RunnerKind, RunnerSpec};
 
 use crate::args::RunnerArgs;
 
 /// The runners of this machine; `deployment` names the command, for
 /// reasons; `local` is the local runner, `artifacts` where container
-/// runners keep job files unless a bucket is given.
+/// runners keep job files unless a bucket is given, and `sink` where the
+/// first-class ECS runtime reports what it did.
 pub fn router(
     args: &RunnerArgs,
     deployment: &str,
     local: Arc<dyn Runner>,
     artifacts: Arc<dyn ArtifactStore>,
+    sink: Arc<dyn JobResultSink>,
 ) -> RunnerRouter {
+    let ecs_services = Lazy::new(RunnerKind::Ecs, move || {
+        let sink = sink.clone();
+        Box::pin(async move {
+            let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await;
+            let services = vergence_runner_ecs::EcsServices::new(
+                vergence_runner_ecs::EcsClients::new(
+                    aws_sdk_ecs::Client::new(&aws),
+                    aws_sdk_cloudwatchlogs::Client::new(&aws),
+                ),
+                sink,
+            );
+            Ok(Arc::new(services) as Arc<dyn Runner>)
+        })
+    });
     let bucket = args.artifact_bucket.clone();
     let ecs_artifacts = artifacts.clone();
     let ecs = Lazy::new(RunnerKind::Ecs, move || {
@@ -82,6 +102,7 @@ pub fn router(
         .with(RunnerKind::Local, local)
         .with(RunnerKind::Ecs, Arc::new(ecs))
         .with(RunnerKind::CloudRun, Arc::new(cloud_run))
+        .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services))
 }
 
 fn with_bucket(

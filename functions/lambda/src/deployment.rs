@@ -97,6 +97,8 @@ pub struct Deployment {
     /// The runners that start jobs off the worker, made once per container
     /// (they cache what they registered).
     pub ecs: Arc<EcsRunner>,
+    /// The ECS clients, for the first-class ECS runtime's calls.
+    pub ecs_clients: EcsClients,
     /// The Cloud Run runner, or why this deployment has none.
     pub cloud_run: Result<Arc<CloudRunRunner>, String>,
 }
@@ -150,8 +152,9 @@ impl Deployment {
             config.artifact_bucket.clone(),
             "",
         ));
+        let ecs_clients = EcsClients::new(clients.ecs, clients.logs);
         let ecs = EcsRunner::new(
-            EcsClients::new(clients.ecs, clients.logs),
+            ecs_clients.clone(),
             artifacts.clone(),
             EcsSettings::default(),
         );
@@ -164,6 +167,7 @@ impl Deployment {
             clock,
             config,
             ecs: Arc::new(ecs),
+            ecs_clients,
             cloud_run: Err(no_google_credentials()),
         }
     }

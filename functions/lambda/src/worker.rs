@@ -11,6 +11,9 @@
 //! from ECS and records it once (a second copy of the event steps an
 //! instance with nothing left to read).
 //!
+//! The first-class ECS runtime's apply and fetch are a few ECS API calls
+//! the worker makes itself, within the step.
+//!
 //! Failures are reported per message (`ReportBatchItemFailures`): a
 //! retryable error fails only its message, which SQS delivers again; a
 //! permanent one marks the instance FAILED with the error and consumes the
@@ -27,8 +30,8 @@ use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::{JobStore, Runner};
-use vergence_model::{InstanceKey, JobHandle, JobRecord, RunnerKind};
-use vergence_runner_ecs::task_state_change;
+use vergence_model::{BuiltinPlatform, InstanceKey, JobHandle, JobRecord, RunnerKind};
+use vergence_runner_ecs::{EcsServices, task_state_change};
 use vergence_runner_kubernetes::AgentRunner;
 use vergence_runner_local::LocalRunner;
 
@@ -98,10 +101,14 @@ impl Worker {
             }),
         };
         let agents = AgentRunner::new(self.deployment.state(), self.deployment.clock.clone());
+        // The first-class ECS runtime's calls are made here, with the
+        // worker's role, and reported like a local job's result.
+        let ecs_services = EcsServices::new(self.deployment.ecs_clients.clone(), self.completion());
         let mut runners = RunnerRouter::new("the worker function")
             .with(RunnerKind::Local, runner)
             .with(RunnerKind::Ecs, self.deployment.ecs.clone())
-            .with(RunnerKind::Kubernetes, Arc::new(agents));
+            .with(RunnerKind::Kubernetes, Arc::new(agents))
+            .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services));
         runners = match &self.deployment.cloud_run {
             Ok(cloud_run) => runners.with(RunnerKind::CloudRun, cloud_run.clone()),
             Err(why) => runners.without(RunnerKind::CloudRun, why.clone()),

@@ -304,8 +304,18 @@ impl Agent {
         let deadline = Duration::from_secs(job.deadline_seconds);
         let work = async {
             match &job.work {
-                BuiltinJob::KubernetesApply(objects) => self.objects.apply(objects).await,
-                BuiltinJob::KubernetesFetch(objects) => self.objects.fetch(objects).await,
+                BuiltinJob::KubernetesApply(objects) => {
+                    self.objects.apply(objects).await.map_err(|e| e.to_string())
+                }
+                BuiltinJob::KubernetesFetch(objects) => {
+                    self.objects.fetch(objects).await.map_err(|e| e.to_string())
+                }
+                // Vergence hands an agent only its cluster's work; another
+                // runtime's job here is a bug worth a clear failure.
+                other => Err(format!(
+                    "{} runtime jobs are not carried out by vergence-agent",
+                    other.platform().map_or("unknown", |p| p.as_str())
+                )),
             }
         };
         let (ended, log, log_tail) = match tokio::time::timeout(deadline, work).await {

@@ -1,6 +1,6 @@
 //! The crate's one error type. Every variant names the ECS or CloudWatch
-//! Logs operation that failed and what it was about (cluster, task, task
-//! definition family, log stream); at the `Runner` port it becomes
+//! Logs operation that failed and what it was about (cluster, task or
+//! service, task definition family, log stream); at the `Runner` port it becomes
 //! `vergence_model::Error::Runner { runner: "ecs", .. }`.
 
 use aws_sdk_ecs::error::{
@@ -124,6 +124,61 @@ pub enum EcsError {
         job: String,
         #[source]
         source: vergence_model::Error,
+    },
+
+    /// A job routed to the ECS runtime carries no ECS service.
+    #[error("job {job} is not a job of the first-class ECS runtime")]
+    NotAnEcsServiceJob { job: String },
+
+    /// The rendered request of a service's file is not a JSON object
+    /// (the compiler checked it; a spec from another version might not be).
+    #[error("the {what} of ECS service {service} is not a JSON object: {source}")]
+    InvalidServiceRequest {
+        service: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("DescribeServices of service {service} in cluster {cluster} failed: {detail}")]
+    DescribeServices {
+        cluster: String,
+        service: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("CreateService of service {service} in cluster {cluster} failed: {detail}")]
+    CreateService {
+        cluster: String,
+        service: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    #[error("UpdateService of service {service} in cluster {cluster} failed: {detail}")]
+    UpdateService {
+        cluster: String,
+        service: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
+    /// ECS is deleting the service; it cannot be updated nor created again
+    /// until it is gone.
+    #[error(
+        "ECS service {service} in cluster {cluster} is being deleted (DRAINING); the apply is tried again once it is gone"
+    )]
+    ServiceDraining { cluster: String, service: String },
+
+    /// ECS answered without what it always returns.
+    #[error("{operation} answered without {missing}")]
+    IncompleteAnswer {
+        operation: &'static str,
+        missing: &'static str,
     },
 
     /// A queue message is not an ECS task state change event.

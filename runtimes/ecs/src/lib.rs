@@ -14,6 +14,11 @@
 //!   streams, else the awslogs stream) and the declared output files.
 //!
 //! docs/runners/ecs.md says what the runner needs in the user's account.
+//!
+//! The crate also carries out the first-class ECS runtime
+//! ([`EcsServices`]): task definitions and ECS services registered and
+//! updated with the ECS API by whoever runs the engine, no task needed
+//! (docs/runtimes/ecs.md).
 
 mod clients;
 mod error;
@@ -22,6 +27,7 @@ mod logs;
 mod registry;
 mod run_task;
 mod runner;
+mod service;
 mod task;
 mod task_definition;
 #[cfg(feature = "testing")]
@@ -33,5 +39,6 @@ pub use event::{TaskStateChange, task_state_change};
 pub use logs::stream_name;
 pub use run_task::{INSTANCE_TAG, JOB_TAG, MAX_OVERRIDES};
 pub use runner::{EcsRunner, EcsSettings};
+pub use service::EcsServices;
 pub use task::STOP_REASON_PREFIX;
 pub use task_definition::{CONTAINER, STREAM_PREFIX, TaskDefinitionSpec};

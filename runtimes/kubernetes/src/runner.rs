@@ -45,8 +45,12 @@ impl AgentRunner {
             info!(%agent, "queued for the agent");
         }
         let namespace = spec.namespace.as_deref().unwrap_or("(the agent's)");
-        if let Some(work) = &job.spec.builtin {
-            let objects = work.objects();
+        if let Some(objects) = job
+            .spec
+            .builtin
+            .as_ref()
+            .and_then(|b| b.kubernetes_objects())
+        {
             return Ok(JobHandle(format!(
                 "agent {agent}: {} of {} object(s) from {}",
                 job.kind,

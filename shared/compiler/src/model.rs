@@ -247,6 +247,25 @@ pub struct Runtime {
     /// are the agent's own (server-side apply, watch-backed read) of each
     /// service's manifests.
     pub kubernetes: Option<KubernetesRuntime>,
+    /// Set for the first-class ECS runtime, whose apply and fetch are ECS
+    /// API calls made by Vergence itself with each service's files.
+    pub ecs: Option<EcsRuntime>,
+}
+
+/// A first-class ECS runtime's own settings.
+#[derive(Clone, Debug)]
+pub struct EcsRuntime {
+    pub cluster: String,
+    /// The deployment's own region when unset.
+    pub region: Option<String>,
+}
+
+/// A service's ECS files for one release channel: each a template, with
+/// its path relative to the config root.
+#[derive(Clone, Debug)]
+pub struct EcsFiles {
+    pub task_definition: (String, Template),
+    pub service: (String, Template),
 }
 
 /// A first-class Kubernetes runtime's own settings (its agent is its runner).
@@ -337,6 +356,8 @@ pub struct ServiceChannel {
     pub env: BTreeMap<String, Template>,
     /// What a first-class Kubernetes runtime applies for the service.
     pub manifests: Option<Manifests>,
+    /// What a first-class ECS runtime applies for the service.
+    pub ecs: Option<EcsFiles>,
 }
 
 #[derive(Clone, Debug)]

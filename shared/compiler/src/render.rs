@@ -6,6 +6,7 @@
 //! config change is a new version that flows through the channels. A config
 //! change after a release shows as `<release>+cfg-<hash>`.
 
+pub(crate) mod ecs;
 pub(crate) mod manifests;
 
 use std::collections::BTreeMap;
@@ -260,24 +261,60 @@ impl ConfigModel {
                 .map(|g| render(&g.job))
                 .transpose()?,
         };
-        if let Some(kubernetes) = &runtime.kubernetes {
-            let manifests = service_channel.manifests.as_ref().ok_or_else(|| {
-                format!(
-                    "service {} gives no manifests for kubernetes runtime {}",
-                    svc.name, runtime.name
-                )
-            })?;
-            let namespace = kubernetes.namespace.as_deref();
-            let objects = manifests::render(manifests, namespace, &key, &ids, |r| {
-                service_scope.resolve(r)
-            })?;
-            jobs.apply.builtin = Some(BuiltinJob::KubernetesApply(objects.clone()));
-            if let Some(fetch) = jobs.fetch.as_mut() {
-                fetch.builtin = Some(BuiltinJob::KubernetesFetch(objects));
+        let resolve = |r: &Reference| service_scope.resolve(r);
+        if let Some((apply, fetch)) =
+            builtin_jobs(runtime, service_channel, &svc.name, &key, &ids, resolve)?
+        {
+            jobs.apply.builtin = Some(apply);
+            if let Some(job) = jobs.fetch.as_mut() {
+                job.builtin = Some(fetch);
             }
         }
         Ok(jobs)
     }
+}
+
+/// A first-class runtime's apply and fetch of one instance: what the
+/// runtime applies, rendered from the service's files; `None` for a
+/// custom runtime.
+fn builtin_jobs(
+    runtime: &Runtime,
+    service_channel: &ServiceChannel,
+    service: &ServiceName,
+    key: &InstanceKey,
+    ids: &InstanceIds,
+    resolve: impl Fn(&Reference) -> Option<String>,
+) -> Result<Option<(BuiltinJob, BuiltinJob)>, String> {
+    let missing = |what: &str, kind: &str| {
+        format!(
+            "service {service} gives no {what} for {kind} runtime {}",
+            runtime.name
+        )
+    };
+    if let Some(kubernetes) = &runtime.kubernetes {
+        let manifests = service_channel
+            .manifests
+            .as_ref()
+            .ok_or_else(|| missing("manifests", "kubernetes"))?;
+        let namespace = kubernetes.namespace.as_deref();
+        let objects = manifests::render(manifests, namespace, key, ids, resolve)?;
+        return Ok(Some((
+            BuiltinJob::KubernetesApply(objects.clone()),
+            BuiltinJob::KubernetesFetch(objects),
+        )));
+    }
+    if let Some(ecs) = &runtime.ecs {
+        let files = service_channel
+            .ecs
+            .as_ref()
+            .ok_or_else(|| missing("task definition", "ecs"))?;
+        let service = ecs::render(files, ecs, ids, resolve)?;
+        return Ok(Some((
+            BuiltinJob::EcsApply(service.clone()),
+            BuiltinJob::EcsFetch(service),
+        )));
+    }
+    Ok(None)
 }
 
 /// The service's parameter values in a release: the release's values, else
@@ -386,10 +423,14 @@ struct InstanceJobs {
 /// A first-class runtime's job learns the version it applies or checks
 /// for only now: the version is derived from the jobs' hash.
 fn with_version(mut job: JobSpec, version: &Version) -> JobSpec {
-    if let Some(BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects)) =
-        job.builtin.as_mut()
-    {
-        objects.version = version.to_string();
+    match job.builtin.as_mut() {
+        Some(BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects)) => {
+            objects.version = version.to_string();
+        }
+        Some(BuiltinJob::EcsApply(service) | BuiltinJob::EcsFetch(service)) => {
+            service.version = version.to_string();
+        }
+        None => {}
     }
     job
 }

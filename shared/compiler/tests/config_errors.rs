@@ -67,7 +67,7 @@ const RUNTIMES: &str = r#"runtime:
 ---
 runtime:
   name: on-ecs
-  ecs: {cluster: c}
+  ecs: {region: ""}
 ---
 runtime:
   name: nothing
@@ -99,7 +99,8 @@ fn every_runtime_error_names_its_field() {
             "rt.yaml:28: runtime.parameters[5]: parameter 'both' is required and has a default; keep one",
             "rt.yaml:29: runtime.parameters[6].dockerImage.defaultValue: \"has space\" is not a container image reference",
             "rt.yaml:30: runtime.parameters[7]: int parameter 'count' needs a defaultValue or `required: true`",
-            "rt.yaml:34: runtime.ecs: first-class ecs runtimes are not available in this version of Vergence; describe the runtime with apply (and optionally fetch) commands instead",
+            "rt.yaml:34: runtime.ecs.cluster: required: the name or ARN of the ECS cluster the services run in",
+            "rt.yaml:34: runtime.ecs.region: must not be empty (leave it out to use the deployment's own region)",
             "rt.yaml:36: runtime: a custom runtime needs 'apply': the command that makes the runtime match the desired version",
         ],
     );

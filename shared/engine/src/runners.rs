@@ -5,6 +5,10 @@
 //! A job whose runner this deployment does not have never starts: the
 //! instance waits with a reason that names the runtime's runner and says
 //! what would run it, instead of burning its retry attempts.
+//!
+//! The jobs of first-class runtimes that are API calls made in-process
+//! (ECS) go by their builtin platform first: they run no program, so the
+//! runner of their kind (which starts containers) is not theirs.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,12 +16,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use vergence_model::ports::{Availability, JobProgress, Runner};
-use vergence_model::{Error, JobHandle, JobRecord, Result, RunnerKind, RunnerSpec};
+use vergence_model::{
+    BuiltinPlatform, Error, JobHandle, JobRecord, Result, RunnerKind, RunnerSpec,
+};
 
 /// The runners of one deployment, by kind.
 #[derive(Clone, Default)]
 pub struct RunnerRouter {
     runners: BTreeMap<RunnerKind, Arc<dyn Runner>>,
+    /// What carries out the jobs of in-process first-class runtimes.
+    builtins: BTreeMap<BuiltinPlatform, Arc<dyn Runner>>,
     /// Kinds this deployment knows it cannot run, and why (a runner whose
     /// credentials are missing): said instead of the generic hint.
     absent: BTreeMap<RunnerKind, String>,
@@ -30,6 +38,7 @@ impl fmt::Debug for RunnerRouter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunnerRouter")
             .field("kinds", &self.kinds())
+            .field("builtins", &self.builtins.keys().collect::<Vec<_>>())
             .field("deployment", &self.deployment)
             .finish()
     }
@@ -41,6 +50,7 @@ impl RunnerRouter {
     pub fn new(deployment: impl Into<String>) -> Self {
         Self {
             runners: BTreeMap::new(),
+            builtins: BTreeMap::new(),
             absent: BTreeMap::new(),
             deployment: deployment.into(),
         }
@@ -49,6 +59,13 @@ impl RunnerRouter {
     /// Routes jobs of `kind` to `runner`.
     pub fn with(mut self, kind: RunnerKind, runner: Arc<dyn Runner>) -> Self {
         self.runners.insert(kind, runner);
+        self
+    }
+
+    /// Routes the jobs of `platform`'s first-class runtime to `runner`,
+    /// whatever their runner spec.
+    pub fn with_builtin(mut self, platform: BuiltinPlatform, runner: Arc<dyn Runner>) -> Self {
+        self.builtins.insert(platform, runner);
         self
     }
 
@@ -62,6 +79,21 @@ impl RunnerRouter {
     /// The kinds this deployment can run.
     pub fn kinds(&self) -> Vec<RunnerKind> {
         self.runners.keys().copied().collect()
+    }
+
+    /// The runner of a job: its builtin platform's, else its spec's.
+    fn runner_of(&self, job: &JobRecord) -> Result<&Arc<dyn Runner>> {
+        match job.spec.builtin.as_ref().and_then(|b| b.platform()) {
+            Some(platform) => self.builtins.get(&platform).ok_or_else(|| Error::Runner {
+                runner: platform.as_str().to_owned(),
+                message: format!(
+                    "{} cannot apply or read first-class {} runtimes (it was built without them)",
+                    self.deployment,
+                    platform.as_str()
+                ),
+            }),
+            None => self.runner(&job.spec.runner),
+        }
     }
 
     fn runner(&self, spec: &RunnerSpec) -> Result<&Arc<dyn Runner>> {
@@ -99,15 +131,15 @@ impl RunnerRouter {
 #[async_trait]
 impl Runner for RunnerRouter {
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
-        self.runner(&job.spec.runner)?.dispatch(job).await
+        self.runner_of(job)?.dispatch(job).await
     }
 
     async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
-        self.runner(&job.spec.runner)?.poll(job).await
+        self.runner_of(job)?.poll(job).await
     }
 
     async fn stop(&self, job: &JobRecord, reason: &str) -> Result<()> {
-        self.runner(&job.spec.runner)?.stop(job, reason).await
+        self.runner_of(job)?.stop(job, reason).await
     }
 
     async fn availability(&self, spec: &RunnerSpec) -> Availability {
@@ -168,6 +200,87 @@ mod tests {
             "the worker function cannot run ecs jobs: no credentials"
         );
         assert_eq!(router.kinds(), [RunnerKind::Local]);
+    }
+
+    /// A runner that says who it is when a job reaches it.
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl Runner for Named {
+        async fn dispatch(&self, _: &JobRecord) -> Result<Option<JobHandle>> {
+            Err(Error::Runner {
+                runner: self.0.into(),
+                message: "reached".into(),
+            })
+        }
+    }
+
+    fn job(builtin: Option<vergence_model::BuiltinJob>) -> JobRecord {
+        let key = vergence_model::InstanceKey::new(
+            "shop".parse().unwrap(),
+            "web".parse().unwrap(),
+            "prod".parse().unwrap(),
+        );
+        JobRecord {
+            id: vergence_model::JobId("apply-1".into()),
+            ids: vergence_model::InstanceIds::of(&key),
+            instance: key,
+            kind: vergence_model::JobKind::Apply,
+            version: "v1".parse().unwrap(),
+            attempt: 1,
+            spec: vergence_model::JobSpec {
+                runner: ecs(),
+                builtin,
+                ..crate::tests::job_spec("./apply")
+            },
+            workspace_root: None,
+            inputs: Vec::new(),
+            created_at: jiff::Timestamp::UNIX_EPOCH,
+            deadline: jiff::Timestamp::UNIX_EPOCH,
+            state: vergence_model::JobState::Created,
+        }
+    }
+
+    fn ecs_service() -> vergence_model::BuiltinJob {
+        vergence_model::BuiltinJob::EcsApply(vergence_model::EcsService {
+            cluster: "c".into(),
+            region: None,
+            service_name: "web".into(),
+            task_definition: "{}".into(),
+            settings: "{}".into(),
+            service_id: "svc".into(),
+            version: "v1".into(),
+            task_definition_file: "ecs/task.json".into(),
+            service_file: "ecs/service.json".into(),
+        })
+    }
+
+    async fn reached(router: &RunnerRouter, job: &JobRecord) -> (String, String) {
+        match router.dispatch(job).await {
+            Err(Error::Runner { runner, message }) => (runner, message),
+            other => panic!("a runner error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_of_in_process_runtimes_go_by_their_platform_before_their_runner() {
+        let router = RunnerRouter::new("the worker function")
+            .with(RunnerKind::Ecs, Arc::new(Named("ecs tasks")))
+            .with_builtin(BuiltinPlatform::Ecs, Arc::new(Named("ecs services")));
+        assert_eq!(
+            reached(&router, &job(Some(ecs_service()))).await.0,
+            "ecs services"
+        );
+        assert_eq!(reached(&router, &job(None)).await.0, "ecs tasks");
+        // Never to the task runner, which would start a container.
+        let without = RunnerRouter::new("the worker function")
+            .with(RunnerKind::Ecs, Arc::new(Named("ecs tasks")));
+        let (runner, message) = reached(&without, &job(Some(ecs_service()))).await;
+        assert_eq!(runner, "ecs");
+        assert_eq!(
+            message,
+            "the worker function cannot apply or read first-class ecs runtimes (it was built without them)"
+        );
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ pub mod compiled;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod diagnostics;
+pub mod ecs;
 pub mod error;
 pub mod event;
 pub mod hashing;
@@ -36,11 +37,12 @@ pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork
 pub use bundle::ConfigBundle;
 pub use compiled::*;
 pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
+pub use ecs::EcsService;
 pub use error::{Error, Result};
 pub use event::*;
 pub use instance::*;
 pub use job::*;
-pub use manifests::{BuiltinJob, KubernetesObjects};
+pub use manifests::{BuiltinJob, BuiltinPlatform, KubernetesObjects};
 pub use names::*;
 pub use policy::*;
 pub use release::*;

@@ -1,7 +1,8 @@
-//! Jobs that run no program of the user's: the first-class Kubernetes
-//! runtime. Its apply and fetch are carried out by `vergence-agent` itself
-//! (server-side apply, and a watch-backed read of the live objects), so the
-//! job spec carries the rendered objects instead of a command.
+//! Jobs that run no program of the user's: the first-class runtimes.
+//! The Kubernetes runtime's apply and fetch are carried out by
+//! `vergence-agent` itself (server-side apply, and a watch-backed read of
+//! the live objects); the ECS runtime's by whoever runs the engine, with
+//! the ECS API. The job spec carries what to apply instead of a command.
 
 use std::collections::BTreeMap;
 
@@ -16,12 +17,46 @@ pub enum BuiltinJob {
     KubernetesApply(KubernetesObjects),
     /// Report the live state of the objects as a structured fetch.
     KubernetesFetch(KubernetesObjects),
+    /// Register the task definition and create or update the ECS service.
+    EcsApply(crate::ecs::EcsService),
+    /// Report the ECS service's deployment as a structured fetch.
+    EcsFetch(crate::ecs::EcsService),
 }
 
 impl BuiltinJob {
-    pub fn objects(&self) -> &KubernetesObjects {
+    /// The Kubernetes objects of a Kubernetes runtime's job.
+    pub fn kubernetes_objects(&self) -> Option<&KubernetesObjects> {
         match self {
-            BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects) => objects,
+            BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects) => {
+                Some(objects)
+            }
+            BuiltinJob::EcsApply(_) | BuiltinJob::EcsFetch(_) => None,
+        }
+    }
+
+    /// Where the job is carried out in-process, by whoever runs the engine;
+    /// `None` for the Kubernetes runtime, whose jobs go to the agent its
+    /// runner names.
+    pub fn platform(&self) -> Option<BuiltinPlatform> {
+        match self {
+            BuiltinJob::KubernetesApply(_) | BuiltinJob::KubernetesFetch(_) => None,
+            BuiltinJob::EcsApply(_) | BuiltinJob::EcsFetch(_) => Some(BuiltinPlatform::Ecs),
+        }
+    }
+}
+
+/// The platforms whose first-class runtime jobs are API calls made by the
+/// process running the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BuiltinPlatform {
+    Ecs,
+}
+
+impl BuiltinPlatform {
+    /// The runtime's key in config (`runtime: {ecs: …}`) and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuiltinPlatform::Ecs => "ecs",
         }
     }
 }

@@ -85,7 +85,7 @@ async fn authorize_removals(
     Ok(())
 }
 
-/// The bundle of an upload: relative `*.yaml`/`*.yml` paths only, so a
+/// The bundle of an upload: relative `*.yaml`/`*.yml`/`*.json` paths only, so a
 /// path can never point a job's working directory outside the config root.
 fn bundle_of(push: ConfigPushRequest) -> Result<ConfigBundle, ApiError> {
     let files = push
@@ -108,8 +108,14 @@ fn check_path(path: &str) -> Result<(), String> {
     if path.is_empty() || path.len() > MAX_PATH_LEN {
         return Err(format!("a path must have 1 to {MAX_PATH_LEN} characters"));
     }
-    if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
-        return Err("only *.yaml and *.yml files belong in a config bundle".to_owned());
+    if ![".yaml", ".yml", ".json"]
+        .iter()
+        .any(|ext| path.ends_with(ext))
+    {
+        return Err(
+            "only *.yaml and *.yml files (and *.json files services name) belong in a config bundle"
+                .to_owned(),
+        );
     }
     if path.contains('\\') {
         return Err("use '/' to separate directories".to_owned());
@@ -132,7 +138,11 @@ mod tests {
 
     #[test]
     fn bundle_paths_stay_inside_the_config_directory() {
-        for ok in ["application.yaml", "apps/shop/services.yml"] {
+        for ok in [
+            "application.yaml",
+            "apps/shop/services.yml",
+            "ecs/task-definition.json",
+        ] {
             assert!(check_path(ok).is_ok(), "{ok}");
         }
         for bad in [

@@ -2,7 +2,8 @@
 //! client that rewrites moto's HTTP responses before the client parses
 //! them, for what moto cannot do (a task that exits non-zero, an image that
 //! cannot be pulled, ECS refusing or deduplicating a RunTask, a task ECS no
-//! longer knows). The real client deserialises the rewritten body.
+//! longer knows, a service deployment that completes or fails). The real
+//! client deserialises the rewritten body.
 //!
 //! The response body is still streaming when the interceptor runs, and
 //! interceptors are synchronous, so it is read with `block_in_place`:
@@ -49,6 +50,31 @@ enum Rewrite {
     RunTaskFailure { reason: String },
     /// StopTask: the task is not found.
     StopTaskNotFound,
+    /// DescribeServices: the deployments of `service` for
+    /// `task_definition` (any, when `None`) have rollout state `state`.
+    Rollout {
+        service: String,
+        task_definition: Option<String>,
+        state: &'static str,
+    },
+}
+
+/// A deployment's rollout state, as ECS reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rollout {
+    InProgress,
+    Completed,
+    Failed,
+}
+
+impl Rollout {
+    fn as_str(self) -> &'static str {
+        match self {
+            Rollout::InProgress => "IN_PROGRESS",
+            Rollout::Completed => "COMPLETED",
+            Rollout::Failed => "FAILED",
+        }
+    }
 }
 
 /// The interceptor; clones share their rewrites.
@@ -74,6 +100,19 @@ impl Injector {
     pub fn run_task_failure(&self, reason: &str) {
         self.push(Rewrite::RunTaskFailure {
             reason: reason.to_owned(),
+        });
+    }
+
+    /// From now on, DescribeServices shows `service` as ECS would after
+    /// each UpdateService: one PRIMARY deployment of the service's task
+    /// definition (moto keeps its first deployment forever and reports it
+    /// IN_PROGRESS), rolled out as `state` says. Rules for one task
+    /// definition (`Some(arn)`) win over a rule for any, whatever the order.
+    pub fn rollout(&self, service: &str, task_definition: Option<&str>, state: Rollout) {
+        self.push(Rewrite::Rollout {
+            service: service.to_owned(),
+            task_definition: task_definition.map(str::to_owned),
+            state: state.as_str(),
         });
     }
 
@@ -119,6 +158,9 @@ impl Intercept for Injector {
         .into_bytes();
         let mut body: Value = serde_json::from_slice(&bytes)?;
         let mut status = response.status().as_u16();
+        if operation == "DescribeServices" {
+            roll_out(&rewrites, &mut body);
+        }
         for rewrite in rewrites.iter().filter(|r| applies(r, &operation)) {
             status = rewrite_body(rewrite, &mut body).unwrap_or(status);
         }
@@ -139,6 +181,7 @@ fn applies(rewrite: &Rewrite, operation: &str) -> bool {
                 "RunTask"
             )
             | (Rewrite::StopTaskNotFound, "StopTask")
+            | (Rewrite::Rollout { .. }, "DescribeServices")
     )
 }
 
@@ -176,6 +219,59 @@ fn rewrite_body(rewrite: &Rewrite, body: &mut Value) -> Option<u16> {
             });
             Some(400)
         }
+        // All of a response's rollout rules are applied together.
+        Rewrite::Rollout { .. } => None,
+    }
+}
+
+/// Gives each described service with a rollout rule the PRIMARY deployment
+/// ECS would show: of its current task definition, in the state of the
+/// most specific rule, with its tasks running once COMPLETED.
+fn roll_out(rewrites: &[Rewrite], body: &mut Value) {
+    let Some(services) = body["services"].as_array_mut() else {
+        return;
+    };
+    for service in services {
+        let name = service["serviceName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let arn = service["taskDefinition"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        // The newest rule for this task definition, else the newest for any.
+        let rule = |for_arn: bool| {
+            rewrites.iter().rev().find_map(|r| match r {
+                Rewrite::Rollout {
+                    service,
+                    task_definition,
+                    state,
+                } if *service == name && task_definition.is_some() == for_arn => {
+                    (task_definition.as_deref().is_none_or(|t| t == arn)).then_some(*state)
+                }
+                _ => None,
+            })
+        };
+        let Some(state) = rule(true).or_else(|| rule(false)) else {
+            continue;
+        };
+        let desired = service["desiredCount"].as_i64().unwrap_or(0);
+        let running = if state == "COMPLETED" { desired } else { 0 };
+        let failed = if state == "FAILED" { desired.max(1) } else { 0 };
+        service["runningCount"] = json!(running);
+        service["pendingCount"] = json!(desired - running);
+        service["deployments"] = json!([{
+            "id": format!("ecs-svc/{}", arn.rsplit(':').next().unwrap_or("0")),
+            "status": "PRIMARY",
+            "taskDefinition": arn,
+            "desiredCount": desired,
+            "runningCount": running,
+            "pendingCount": desired - running,
+            "failedTasks": failed,
+            "rolloutState": state,
+            "rolloutStateReason": format!("ECS deployment {state} (injected by the test)"),
+        }]);
     }
 }
 

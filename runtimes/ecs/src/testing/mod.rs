@@ -30,7 +30,7 @@ use vergence_aws::S3ArtifactStore;
 use vergence_aws::testing::{SQS_URL, endpoint, fresh_bucket, sdk_config, unique_name};
 use vergence_model::{EcsRunnerSpec, JobHandle, JobRecord};
 
-pub use inject::{Injector, StoppedAs};
+pub use inject::{Injector, Rollout, StoppedAs};
 
 pub const EXECUTION_ROLE: &str = "arn:aws:iam::123456789012:role/vergence-ecs-execution";
 pub const TASK_ROLE: &str = "arn:aws:iam::123456789012:role/deployer";

@@ -80,13 +80,12 @@ impl<'a> Checker<'a> {
         if self.errors.len() != before {
             return None;
         }
-        let timeout = kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
         let job = JobTemplate {
             image: None,
             cmd: Vec::new(),
             env: BTreeMap::new(),
             working_dir: document.dir.clone(),
-            timeout,
+            timeout: kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
             outputs: Vec::new(),
         };
         Some(Runtime {
@@ -118,6 +117,7 @@ impl<'a> Checker<'a> {
             kubernetes: Some(KubernetesRuntime {
                 namespace: kubernetes.namespace.clone(),
             }),
+            ecs: None,
         })
     }
 

@@ -10,6 +10,7 @@
 //! Every error names its field with a [`FieldPath`].
 
 mod application;
+mod ecs;
 mod field_path;
 mod job;
 mod kubernetes;

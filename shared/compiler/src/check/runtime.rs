@@ -86,6 +86,9 @@ impl<'a> Checker<'a> {
         if let Some(terraform) = &doc.terraform {
             return self.terraform_runtime(document, doc, terraform);
         }
+        if let Some(ecs) = &doc.ecs {
+            return self.ecs_runtime(document, doc, ecs);
+        }
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
@@ -147,10 +150,11 @@ impl<'a> Checker<'a> {
                 .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: None,
+            ecs: None,
         })
     }
 
-    /// Reports the first-class runtime blocks (`ecs`, `cloudRun`, `terraform`),
+    /// Reports the first-class runtime blocks (`cloudRun`, `terraform`),
     /// which this version does not run; true when the document has any.
     fn first_class_runtimes(
         &mut self,
@@ -159,7 +163,6 @@ impl<'a> Checker<'a> {
         doc: &RuntimeDoc,
     ) -> bool {
         let first_class = [
-            ("ecs", doc.ecs.is_some()),
             ("cloudRun", doc.cloud_run.is_some()),
         ];
         for (kind, _) in first_class.iter().filter(|(_, set)| *set) {

@@ -202,11 +202,13 @@ impl<'a> Checker<'a> {
         let values = self.parameter_values(svc, channel, per, runtime);
         let env = self.service_env(svc, channel, per);
         let manifests = self.service_manifests(svc, channel, runtime).ok()?;
+        let ecs = self.service_ecs_files(svc, channel, runtime).ok()?;
         Some(ServiceChannel {
             runtime: runtime_name,
             values,
             env,
             manifests,
+            ecs,
         })
     }
 

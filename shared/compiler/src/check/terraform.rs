@@ -189,6 +189,7 @@ impl<'a> Checker<'a> {
                 .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: None,
+            ecs: None,
         })
     }
 

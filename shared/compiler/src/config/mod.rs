@@ -15,7 +15,8 @@ use vergence_model::{ConfigBundle, ConfigError, Error, Result, Source};
 /// hand-written config.
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Reads every `*.yaml` / `*.yml` file under `dir` into a bundle, skipping
+/// Reads every `*.yaml` / `*.yml` file under `dir` into a bundle, and the
+/// `*.json` files services may point at (an ECS task definition), skipping
 /// hidden directories (such as `.vergence`, where local state lives).
 pub fn read_dir(dir: &Path) -> Result<ConfigBundle> {
     let root = dir.canonicalize().map_err(|source| Error::ReadConfig {
@@ -55,7 +56,7 @@ fn collect_yaml(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -
         let meta = std::fs::metadata(&path).map_err(|e| read_error(&path, e))?;
         if meta.is_dir() {
             collect_yaml(root, &path, files)?;
-        } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+        } else if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json") {
             if meta.len() > MAX_FILE_BYTES {
                 return Err(Error::invalid(
                     path.display().to_string(),
@@ -85,25 +86,41 @@ pub struct ParsedDocument {
 }
 
 /// Parses every document of the bundle, collecting all errors. Files in a
-/// directory a service names as its Kubernetes manifests are not config
-/// documents: they are left out here and read by the checker.
+/// directory a service names as its Kubernetes manifests, the files it
+/// names for an ECS runtime, and `*.json` files are not config documents:
+/// they are left out here and read by the checker.
 pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigError>) {
     let mut documents = Vec::new();
     let mut errors = Vec::new();
     for (file, text) in &bundle.files {
-        parse_file(file, text, &mut documents, &mut errors);
+        if !file.ends_with(".json") {
+            parse_file(file, text, &mut documents, &mut errors);
+        }
     }
+    // What services name for their content: directories and files.
     let manifest_dirs: Vec<String> = documents
         .iter()
-        .filter_map(|document| match &document.body {
-            DocumentBody::Service(service) => service
-                .kubernetes
-                .as_ref()
-                .and_then(|k| manifests_dir(&document.source.file, &k.manifests)),
-            _ => None,
+        .flat_map(|document| match &document.body {
+            DocumentBody::Service(service) => {
+                let file = &document.source.file;
+                let manifests = service.kubernetes.iter().map(|k| k.manifests.as_str());
+                let ecs = service
+                    .ecs
+                    .iter()
+                    .flat_map(|e| [e.task_definition.as_str(), e.service.as_str()]);
+                manifests
+                    .chain(ecs)
+                    .filter_map(|raw| manifests_dir(file, raw))
+                    .collect()
+            }
+            _ => Vec::new(),
         })
         .collect();
-    let is_manifest = |file: &str| manifest_dirs.iter().any(|dir| is_inside(file, dir));
+    let is_manifest = |file: &str| {
+        manifest_dirs
+            .iter()
+            .any(|named| file == named || is_inside(file, named))
+    };
     documents.retain(|document| !is_manifest(&document.source.file));
     errors.retain(|error| !is_manifest(&error.file));
     (documents, errors)

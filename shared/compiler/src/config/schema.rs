@@ -90,9 +90,11 @@ pub struct RuntimeDoc {
     pub require_approval_before_apply: Option<bool>,
     #[serde(default)]
     pub parameters: Vec<ParameterDoc>,
+    /// The first-class ECS runtime: the services' task definitions and
+    /// ECS services, applied with the ECS API by Vergence itself.
+    pub ecs: Option<EcsRuntimeDoc>,
     /// First-class runtimes: recognised so the error can say they are not
     /// available yet instead of calling them unknown keys.
-    pub ecs: Option<FirstClassDoc>,
     pub cloud_run: Option<FirstClassDoc>,
     /// The first-class Kubernetes runtime: the agent applies the
     /// services' manifests itself.
@@ -148,6 +150,34 @@ pub struct KubernetesRuntimeDoc {
     pub steady_state_poll_interval: Option<DurationDoc>,
     /// How long one apply or read may take.
     pub timeout: Option<DurationDoc>,
+}
+
+/// `ecs: {cluster, region, pollInterval, steadyStatePollInterval, timeout}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EcsRuntimeDoc {
+    /// Cluster name or ARN of the services.
+    pub cluster: Option<String>,
+    /// Region of the cluster; the deployment's own when not given.
+    pub region: Option<String>,
+    /// How often the service is read until converged.
+    pub poll_interval: Option<DurationDoc>,
+    /// How often it is read after convergence, to find drift.
+    pub steady_state_poll_interval: Option<DurationDoc>,
+    /// How long one apply or read may take.
+    pub timeout: Option<DurationDoc>,
+}
+
+/// A service's `ecs: {taskDefinition: FILE, service: FILE}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceEcsDoc {
+    /// The RegisterTaskDefinition request (JSON or YAML), relative to the
+    /// service's file and inside the config directory.
+    pub task_definition: String,
+    /// The CreateService request (JSON or YAML) without `cluster` and
+    /// `taskDefinition`.
+    pub service: String,
 }
 
 /// A service's `kubernetes: {manifests: DIR}`.
@@ -456,6 +486,9 @@ pub struct ServiceDoc {
     pub custom: Option<CustomDoc>,
     /// The manifests a first-class Kubernetes runtime applies.
     pub kubernetes: Option<ServiceKubernetesDoc>,
+    /// The task definition and service settings a first-class ECS runtime
+    /// applies.
+    pub ecs: Option<ServiceEcsDoc>,
     /// Parameters set per release (by CI).
     #[serde(default)]
     pub parameters: Vec<ParameterDoc>,

@@ -215,6 +215,9 @@ fn reproduce(job: &JobSpec) -> String {
         Some(vergence_model::BuiltinJob::KubernetesApply(objects)) => {
             format!("; the same by hand: {}", objects.kubectl_apply())
         }
+        Some(vergence_model::BuiltinJob::EcsApply(service)) => {
+            format!("; the same by hand: {}", service.aws_cli())
+        }
         _ => String::new(),
     }
 }
