@@ -27,7 +27,6 @@ mod jobs;
 mod logs;
 mod outcome;
 mod runner;
-mod service;
 mod template;
 
 use std::time::Duration;
@@ -37,7 +36,6 @@ use jiff::SignedDuration;
 pub use clients::CloudRunClients;
 pub use error::CloudRunError;
 pub use runner::CloudRunRunner;
-pub use service::CloudRunServices;
 
 /// How the runner behaves; [`CloudRunSettings::default`] suits production.
 #[derive(Clone, Debug, PartialEq, Eq)]

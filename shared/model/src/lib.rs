@@ -12,7 +12,6 @@
 
 pub mod agent;
 pub mod bundle;
-pub mod cloud_run;
 pub mod compiled;
 #[cfg(feature = "conformance")]
 pub mod conformance;

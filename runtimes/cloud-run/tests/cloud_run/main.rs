@@ -12,7 +12,6 @@ mod handoff;
 mod jobs;
 mod results;
 mod runs;
-mod services;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
