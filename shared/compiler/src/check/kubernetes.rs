@@ -4,8 +4,6 @@
 //! whose YAML files are templates over the service's parameters, the
 //! release channel's constants and the built-ins.
 
-use std::collections::BTreeMap;
-
 use jiff::SignedDuration;
 
 use super::Checker;
@@ -80,14 +78,10 @@ impl<'a> Checker<'a> {
         if self.errors.len() != before {
             return None;
         }
-        let job = JobTemplate {
-            image: None,
-            cmd: Vec::new(),
-            env: BTreeMap::new(),
-            working_dir: document.dir.clone(),
-            timeout: kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
-            outputs: Vec::new(),
-        };
+        let job = JobTemplate::builtin(
+            &document.dir,
+            kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        );
         Some(Runtime {
             name: doc.name.clone(),
             runner: RunnerSpec::Kubernetes(KubernetesRunnerSpec {
@@ -118,6 +112,7 @@ impl<'a> Checker<'a> {
                 namespace: kubernetes.namespace.clone(),
             }),
             ecs: None,
+            cloud_run: None,
         })
     }
 

@@ -77,6 +77,9 @@ impl<'a> Checker<'a> {
         if let Some(ecs) = &doc.ecs {
             return self.ecs_runtime(document, doc, ecs);
         }
+        if let Some(cloud_run) = &doc.cloud_run {
+            return self.cloud_run_runtime(document, doc, cloud_run);
+        }
         let source = &document.source;
         let root = FieldPath::root("runtime");
         let first_class = self.first_class_runtimes(source, &root, doc);
@@ -138,10 +141,11 @@ impl<'a> Checker<'a> {
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: None,
             ecs: None,
+            cloud_run: None,
         })
     }
 
-    /// Reports the first-class runtime blocks (`cloudRun`, `terraform`),
+    /// Reports the first-class runtime blocks (`terraform`),
     /// which this version does not run; true when the document has any.
     fn first_class_runtimes(
         &mut self,
@@ -149,10 +153,7 @@ impl<'a> Checker<'a> {
         root: &FieldPath,
         doc: &RuntimeDoc,
     ) -> bool {
-        let first_class = [
-            ("cloudRun", doc.cloud_run.is_some()),
-            ("terraform", doc.terraform.is_some()),
-        ];
+        let first_class = [("terraform", doc.terraform.is_some())];
         for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
             self.err(
                 source,
