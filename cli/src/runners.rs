@@ -36,8 +36,9 @@ pub fn router(
     artifacts: Arc<dyn ArtifactStore>,
     sink: Arc<dyn JobResultSink>,
 ) -> RunnerRouter {
+    let ecs_sink = sink.clone();
     let ecs_services = Lazy::new(RunnerKind::Ecs, move || {
-        let sink = sink.clone();
+        let sink = ecs_sink.clone();
         Box::pin(async move {
             let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
                 .load()
@@ -72,6 +73,18 @@ pub fn router(
             Ok(Arc::new(runner) as Arc<dyn Runner>)
         })
     });
+    let services_sink = sink.clone();
+    let cloud_run_services = Lazy::new(RunnerKind::CloudRun, move || {
+        let sink = services_sink.clone();
+        Box::pin(async move {
+            let clients =
+                vergence_runner_cloud_run::CloudRunClients::from_application_default_credentials()
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let services = vergence_runner_cloud_run::CloudRunServices::new(clients, sink);
+            Ok(Arc::new(services) as Arc<dyn Runner>)
+        })
+    });
     let bucket = args.artifact_bucket.clone();
     let cloud_run = Lazy::new(RunnerKind::CloudRun, move || {
         let (bucket, artifacts) = (bucket.clone(), artifacts.clone());
@@ -103,6 +116,7 @@ pub fn router(
         .with(RunnerKind::Ecs, Arc::new(ecs))
         .with(RunnerKind::CloudRun, Arc::new(cloud_run))
         .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services))
+        .with_builtin(BuiltinPlatform::CloudRun, Arc::new(cloud_run_services))
 }
 
 fn with_bucket(

@@ -31,6 +31,7 @@ use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
 use vergence_model::ports::{JobStore, Runner};
 use vergence_model::{BuiltinPlatform, InstanceKey, JobHandle, JobRecord, RunnerKind};
+use vergence_runner_cloud_run::CloudRunServices;
 use vergence_runner_ecs::{EcsServices, task_state_change};
 use vergence_runner_kubernetes::AgentRunner;
 use vergence_runner_local::LocalRunner;
@@ -110,7 +111,13 @@ impl Worker {
             .with(RunnerKind::Kubernetes, Arc::new(agents))
             .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services));
         runners = match &self.deployment.cloud_run {
-            Ok(cloud_run) => runners.with(RunnerKind::CloudRun, cloud_run.clone()),
+            Ok(cloud_run) => {
+                let services =
+                    CloudRunServices::new(cloud_run.clients().clone(), self.completion());
+                runners
+                    .with(RunnerKind::CloudRun, cloud_run.clone())
+                    .with_builtin(BuiltinPlatform::CloudRun, Arc::new(services))
+            }
             Err(why) => runners.without(RunnerKind::CloudRun, why.clone()),
         };
         let engine = Engine::new(

@@ -9,7 +9,7 @@
 
 use google_cloud_auth::credentials::{self, Credentials};
 use google_cloud_logging_v2::client::LoggingServiceV2;
-use google_cloud_run_v2::client::{Executions, Jobs, Tasks};
+use google_cloud_run_v2::client::{Executions, Jobs, Services, Tasks};
 
 use crate::error::CloudRunError;
 
@@ -20,6 +20,8 @@ pub struct CloudRunClients {
     pub(crate) executions: Executions,
     pub(crate) tasks: Tasks,
     pub(crate) logging: LoggingServiceV2,
+    /// For the first-class Cloud Run runtime's services.
+    pub(crate) services: Services,
 }
 
 impl CloudRunClients {
@@ -29,12 +31,14 @@ impl CloudRunClients {
         executions: Executions,
         tasks: Tasks,
         logging: LoggingServiceV2,
+        services: Services,
     ) -> Self {
         Self {
             jobs,
             executions,
             tasks,
             logging,
+            services,
         }
     }
 
@@ -100,8 +104,10 @@ impl CloudRunClients {
         let mut jobs = Jobs::builder().with_credentials(credentials.clone());
         let mut executions = Executions::builder().with_credentials(credentials.clone());
         let mut tasks = Tasks::builder().with_credentials(credentials.clone());
+        let mut services = Services::builder().with_credentials(credentials.clone());
         let mut logging = LoggingServiceV2::builder().with_credentials(credentials);
         if let Some(endpoint) = endpoint {
+            services = services.with_endpoint(endpoint.clone());
             jobs = jobs.with_endpoint(endpoint.clone());
             executions = executions.with_endpoint(endpoint.clone());
             tasks = tasks.with_endpoint(endpoint.clone());
@@ -115,6 +121,10 @@ impl CloudRunClients {
                 .map_err(client("Cloud Run executions"))?,
             tasks: tasks.build().await.map_err(client("Cloud Run tasks"))?,
             logging: logging.build().await.map_err(client("Cloud Logging"))?,
+            services: services
+                .build()
+                .await
+                .map_err(client("Cloud Run services"))?,
         })
     }
 }

@@ -27,6 +27,7 @@ mod jobs;
 mod logs;
 mod outcome;
 mod runner;
+mod services;
 mod template;
 
 use std::time::Duration;
@@ -36,6 +37,7 @@ use jiff::SignedDuration;
 pub use clients::CloudRunClients;
 pub use error::CloudRunError;
 pub use runner::CloudRunRunner;
+pub use services::CloudRunServices;
 
 /// How the runner behaves; [`CloudRunSettings::default`] suits production.
 #[derive(Clone, Debug, PartialEq, Eq)]

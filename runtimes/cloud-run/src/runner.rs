@@ -82,6 +82,12 @@ impl Started {
 impl CloudRunRunner {
     /// A runner driving Cloud Run through `clients`, handing files to jobs
     /// through URLs of `artifacts`.
+    /// The clients it calls Cloud Run with (shared with the first-class
+    /// Cloud Run runtime's [`crate::CloudRunServices`]).
+    pub fn clients(&self) -> &CloudRunClients {
+        &self.clients
+    }
+
     pub fn new(
         clients: CloudRunClients,
         artifacts: Arc<dyn ArtifactStore>,

@@ -230,6 +230,21 @@ pub struct JobTemplate {
     pub outputs: Vec<String>,
 }
 
+impl JobTemplate {
+    /// The job of a first-class runtime, which runs no program: only where
+    /// (for local paths in messages) and how long.
+    pub fn builtin(working_dir: &str, timeout: SignedDuration) -> Self {
+        Self {
+            image: None,
+            cmd: Vec::new(),
+            env: BTreeMap::new(),
+            working_dir: working_dir.to_owned(),
+            timeout,
+            outputs: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub name: RuntimeName,
@@ -250,6 +265,16 @@ pub struct Runtime {
     /// Set for the first-class ECS runtime, whose apply and fetch are ECS
     /// API calls made by Vergence itself with each service's files.
     pub ecs: Option<EcsRuntime>,
+    /// Set for the first-class Cloud Run runtime, whose apply and fetch are
+    /// Cloud Run Admin API calls made by Vergence itself.
+    pub cloud_run: Option<CloudRunRuntime>,
+}
+
+/// A first-class Cloud Run runtime's own settings.
+#[derive(Clone, Debug)]
+pub struct CloudRunRuntime {
+    pub project: String,
+    pub region: String,
 }
 
 /// A first-class ECS runtime's own settings.
@@ -358,6 +383,9 @@ pub struct ServiceChannel {
     pub manifests: Option<Manifests>,
     /// What a first-class ECS runtime applies for the service.
     pub ecs: Option<EcsFiles>,
+    /// The Cloud Run service file (path, template) a first-class Cloud
+    /// Run runtime applies for the service.
+    pub cloud_run: Option<(String, Template)>,
 }
 
 #[derive(Clone, Debug)]

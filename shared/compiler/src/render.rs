@@ -6,6 +6,7 @@
 //! config change is a new version that flows through the channels. A config
 //! change after a release shows as `<release>+cfg-<hash>`.
 
+pub(crate) mod cloud_run;
 pub(crate) mod ecs;
 pub(crate) mod manifests;
 
@@ -314,6 +315,17 @@ fn builtin_jobs(
             BuiltinJob::EcsFetch(service),
         )));
     }
+    if let Some(cloud_run) = &runtime.cloud_run {
+        let file = service_channel
+            .cloud_run
+            .as_ref()
+            .ok_or_else(|| missing("Cloud Run service", "cloudRun"))?;
+        let service = cloud_run::render(file, cloud_run, ids, resolve)?;
+        return Ok(Some((
+            BuiltinJob::CloudRunApply(service.clone()),
+            BuiltinJob::CloudRunFetch(service),
+        )));
+    }
     Ok(None)
 }
 
@@ -428,6 +440,9 @@ fn with_version(mut job: JobSpec, version: &Version) -> JobSpec {
             objects.version = version.to_string();
         }
         Some(BuiltinJob::EcsApply(service) | BuiltinJob::EcsFetch(service)) => {
+            service.version = version.to_string();
+        }
+        Some(BuiltinJob::CloudRunApply(service) | BuiltinJob::CloudRunFetch(service)) => {
             service.version = version.to_string();
         }
         None => {}

@@ -9,6 +9,7 @@ use super::*;
 use vergence_model::ConfigBundle;
 use vergence_model::*;
 
+mod cloud_run;
 mod ecs;
 mod kubernetes;
 mod runners;
@@ -461,18 +462,6 @@ fn the_full_runtime_example_of_the_config_reference_compiles() {
     );
     assert!(staging.get_info.is_some());
     assert_eq!(staging.drift_policy, DriftPolicy::DetectOnly);
-}
-
-#[test]
-fn first_class_runtimes_not_built_yet_are_rejected_with_a_clear_message() {
-    let rt = "runtime:\n  name: run\n  cloudRun: {project: p, region: r}\n";
-    let errors = errors_of(&[("rt.yaml", rt)]);
-    assert_eq!(errors.len(), 1);
-    assert!(
-        errors[0].contains("first-class cloudRun runtimes are not available"),
-        "{}",
-        errors[0]
-    );
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod bundle;
+pub mod cloud_run;
 pub mod compiled;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -34,6 +35,7 @@ pub mod window;
 
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
 pub use bundle::ConfigBundle;
+pub use cloud_run::CloudRunService;
 pub use compiled::*;
 pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
 pub use ecs::EcsService;

@@ -1,8 +1,8 @@
 //! Jobs that run no program of the user's: the first-class runtimes.
 //! The Kubernetes runtime's apply and fetch are carried out by
 //! `vergence-agent` itself (server-side apply, and a watch-backed read of
-//! the live objects); the ECS runtime's by whoever runs the engine, with
-//! the ECS API. The job spec carries what to apply instead of a command.
+//! the live objects); the ECS and Cloud Run runtimes' by whoever runs the
+//! engine, with the platform's API. The job spec carries what to apply instead of a command.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +21,10 @@ pub enum BuiltinJob {
     EcsApply(crate::ecs::EcsService),
     /// Report the ECS service's deployment as a structured fetch.
     EcsFetch(crate::ecs::EcsService),
+    /// Create or update the Cloud Run service (its operation not awaited).
+    CloudRunApply(crate::cloud_run::CloudRunService),
+    /// Report the Cloud Run service's readiness as a structured fetch.
+    CloudRunFetch(crate::cloud_run::CloudRunService),
 }
 
 impl BuiltinJob {
@@ -30,7 +34,10 @@ impl BuiltinJob {
             BuiltinJob::KubernetesApply(objects) | BuiltinJob::KubernetesFetch(objects) => {
                 Some(objects)
             }
-            BuiltinJob::EcsApply(_) | BuiltinJob::EcsFetch(_) => None,
+            BuiltinJob::EcsApply(_)
+            | BuiltinJob::EcsFetch(_)
+            | BuiltinJob::CloudRunApply(_)
+            | BuiltinJob::CloudRunFetch(_) => None,
         }
     }
 
@@ -41,6 +48,9 @@ impl BuiltinJob {
         match self {
             BuiltinJob::KubernetesApply(_) | BuiltinJob::KubernetesFetch(_) => None,
             BuiltinJob::EcsApply(_) | BuiltinJob::EcsFetch(_) => Some(BuiltinPlatform::Ecs),
+            BuiltinJob::CloudRunApply(_) | BuiltinJob::CloudRunFetch(_) => {
+                Some(BuiltinPlatform::CloudRun)
+            }
         }
     }
 }
@@ -50,6 +60,7 @@ impl BuiltinJob {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BuiltinPlatform {
     Ecs,
+    CloudRun,
 }
 
 impl BuiltinPlatform {
@@ -57,6 +68,7 @@ impl BuiltinPlatform {
     pub fn as_str(self) -> &'static str {
         match self {
             BuiltinPlatform::Ecs => "ecs",
+            BuiltinPlatform::CloudRun => "cloudRun",
         }
     }
 }

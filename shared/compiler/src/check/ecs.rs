@@ -5,8 +5,6 @@
 //! built-ins, holding the RegisterTaskDefinition and CreateService
 //! requests Vergence sends.
 
-use std::collections::BTreeMap;
-
 use jiff::SignedDuration;
 
 use super::Checker;
@@ -50,14 +48,7 @@ impl<'a> Checker<'a> {
             return None;
         }
         let cluster = cluster?;
-        let job = JobTemplate {
-            image: None,
-            cmd: Vec::new(),
-            env: BTreeMap::new(),
-            working_dir: document.dir.clone(),
-            timeout: ecs.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
-            outputs: Vec::new(),
-        };
+        let job = JobTemplate::builtin(&document.dir, ecs.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0));
         Some(Runtime {
             name: doc.name.clone(),
             // The ECS kind: whoever runs the engine needs AWS credentials
@@ -96,6 +87,7 @@ impl<'a> Checker<'a> {
                 cluster,
                 region: ecs.region.clone(),
             }),
+            cloud_run: None,
         })
     }
 

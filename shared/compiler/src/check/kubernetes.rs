@@ -4,8 +4,6 @@
 //! whose YAML files are templates over the service's parameters, the
 //! release channel's constants and the built-ins.
 
-use std::collections::BTreeMap;
-
 use jiff::SignedDuration;
 
 use super::Checker;
@@ -49,6 +47,9 @@ impl<'a> Checker<'a> {
             ("getInfo", doc.get_info.is_some()),
             ("runner", doc.runner.is_some()),
             ("parameters", !doc.parameters.is_empty()),
+            ("ecs", doc.ecs.is_some()),
+            ("cloudRun", doc.cloud_run.is_some()),
+            ("terraform", doc.terraform.is_some()),
         ];
         for (key, _) in unused.iter().filter(|(_, set)| *set) {
             self.err(
@@ -80,14 +81,10 @@ impl<'a> Checker<'a> {
         if self.errors.len() != before {
             return None;
         }
-        let job = JobTemplate {
-            image: None,
-            cmd: Vec::new(),
-            env: BTreeMap::new(),
-            working_dir: document.dir.clone(),
-            timeout: kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
-            outputs: Vec::new(),
-        };
+        let job = JobTemplate::builtin(
+            &document.dir,
+            kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        );
         Some(Runtime {
             name: doc.name.clone(),
             runner: RunnerSpec::Kubernetes(KubernetesRunnerSpec {
@@ -118,6 +115,7 @@ impl<'a> Checker<'a> {
                 namespace: kubernetes.namespace.clone(),
             }),
             ecs: None,
+            cloud_run: None,
         })
     }
 

@@ -10,6 +10,7 @@
 //! Every error names its field with a [`FieldPath`].
 
 mod application;
+mod cloud_run;
 mod ecs;
 mod field_path;
 mod job;

@@ -89,20 +89,20 @@ impl<'a> Checker<'a> {
         if let Some(ecs) = &doc.ecs {
             return self.ecs_runtime(document, doc, ecs);
         }
+        if let Some(cloud_run) = &doc.cloud_run {
+            return self.cloud_run_runtime(document, doc, cloud_run);
+        }
         let source = &document.source;
         let root = FieldPath::root("runtime");
-        let first_class = self.first_class_runtimes(source, &root, doc);
         let by = RunnerUser::Runtime(doc.name.clone());
         let runner = self.runner(source, &root, doc.runner.as_ref(), by);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let Some(apply_doc) = &doc.apply else {
-            if !first_class {
-                self.err(
-                    source,
-                    &root,
-                    "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
-                );
-            }
+            self.err(
+                source,
+                &root,
+                "a custom runtime needs 'apply': the command that makes the runtime match the desired version",
+            );
             return None;
         };
         let jobs = RuntimeJobs {
@@ -151,31 +151,8 @@ impl<'a> Checker<'a> {
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: None,
             ecs: None,
+            cloud_run: None,
         })
-    }
-
-    /// Reports the first-class runtime blocks (`cloudRun`, `terraform`),
-    /// which this version does not run; true when the document has any.
-    fn first_class_runtimes(
-        &mut self,
-        source: &Source,
-        root: &FieldPath,
-        doc: &RuntimeDoc,
-    ) -> bool {
-        let first_class = [
-            ("cloudRun", doc.cloud_run.is_some()),
-        ];
-        for (kind, _) in first_class.iter().filter(|(_, set)| *set) {
-            self.err(
-                source,
-                &root.key(kind),
-                format!(
-                    "first-class {kind} runtimes are not available in this version of Vergence; \
-                     describe the runtime with apply (and optionally fetch) commands instead"
-                ),
-            );
-        }
-        first_class.iter().any(|(_, set)| *set)
     }
 
     /// The fetch job; its outputs are files handed to apply, so they must be

@@ -203,12 +203,14 @@ impl<'a> Checker<'a> {
         let env = self.service_env(svc, channel, per);
         let manifests = self.service_manifests(svc, channel, runtime).ok()?;
         let ecs = self.service_ecs_files(svc, channel, runtime).ok()?;
+        let cloud_run = self.service_cloud_run_file(svc, channel, runtime).ok()?;
         Some(ServiceChannel {
             runtime: runtime_name,
             values,
             env,
             manifests,
             ecs,
+            cloud_run,
         })
     }
 

@@ -190,6 +190,7 @@ impl<'a> Checker<'a> {
             require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: None,
             ecs: None,
+            cloud_run: None,
         })
     }
 
@@ -200,6 +201,8 @@ impl<'a> Checker<'a> {
             ("apply", doc.apply.is_some()),
             ("fetch", doc.fetch.is_some()),
             ("getInfo", doc.get_info.is_some()),
+            ("ecs", doc.ecs.is_some()),
+            ("cloudRun", doc.cloud_run.is_some()),
         ] {
             if set {
                 self.err(

@@ -108,8 +108,10 @@ pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigEr
                     .ecs
                     .iter()
                     .flat_map(|e| [e.task_definition.as_str(), e.service.as_str()]);
+                let cloud_run = service.cloud_run.iter().map(|c| c.service.as_str());
                 manifests
                     .chain(ecs)
+                    .chain(cloud_run)
                     .filter_map(|raw| manifests_dir(file, raw))
                     .collect()
             }

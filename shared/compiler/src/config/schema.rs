@@ -93,9 +93,9 @@ pub struct RuntimeDoc {
     /// The first-class ECS runtime: the services' task definitions and
     /// ECS services, applied with the ECS API by Vergence itself.
     pub ecs: Option<EcsRuntimeDoc>,
-    /// First-class runtimes: recognised so the error can say they are not
-    /// available yet instead of calling them unknown keys.
-    pub cloud_run: Option<FirstClassDoc>,
+    /// The first-class Cloud Run runtime: the services' Cloud Run services,
+    /// created and updated with the Cloud Run Admin API by Vergence itself.
+    pub cloud_run: Option<CloudRunRuntimeDoc>,
     /// The first-class Kubernetes runtime: the agent applies the
     /// services' manifests itself.
     pub kubernetes: Option<KubernetesRuntimeDoc>,
@@ -177,6 +177,29 @@ pub struct ServiceEcsDoc {
     pub task_definition: String,
     /// The CreateService request (JSON or YAML) without `cluster` and
     /// `taskDefinition`.
+    pub service: String,
+}
+
+/// `cloudRun: {project, region, pollInterval, steadyStatePollInterval, timeout}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudRunRuntimeDoc {
+    pub project: Option<String>,
+    pub region: Option<String>,
+    /// How often the service is read until converged.
+    pub poll_interval: Option<DurationDoc>,
+    /// How often it is read after convergence, to find drift.
+    pub steady_state_poll_interval: Option<DurationDoc>,
+    /// How long one apply or read may take.
+    pub timeout: Option<DurationDoc>,
+}
+
+/// A service's `cloudRun: {service: FILE}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceCloudRunDoc {
+    /// The Cloud Run service (Admin API v2 `Service`, JSON or YAML),
+    /// relative to the service's file and inside the config directory.
     pub service: String,
 }
 
@@ -489,6 +512,8 @@ pub struct ServiceDoc {
     /// The task definition and service settings a first-class ECS runtime
     /// applies.
     pub ecs: Option<ServiceEcsDoc>,
+    /// The Cloud Run service a first-class Cloud Run runtime applies.
+    pub cloud_run: Option<ServiceCloudRunDoc>,
     /// Parameters set per release (by CI).
     #[serde(default)]
     pub parameters: Vec<ParameterDoc>,

@@ -218,6 +218,9 @@ fn reproduce(job: &JobSpec) -> String {
         Some(vergence_model::BuiltinJob::EcsApply(service)) => {
             format!("; the same by hand: {}", service.aws_cli())
         }
+        Some(vergence_model::BuiltinJob::CloudRunApply(service)) => {
+            format!("; the same by hand: {}", service.gcloud())
+        }
         _ => String::new(),
     }
 }

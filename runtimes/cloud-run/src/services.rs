@@ -1,0 +1,314 @@
+//! [`CloudRunServices`]: the first-class Cloud Run runtime. Its apply and
+//! fetch are Cloud Run Admin API calls made in-process by whoever runs the
+//! engine, with no job to run:
+//!
+//! - apply creates or updates the service from its rendered file, with the
+//!   instance's service id and version as annotations on the service and
+//!   its revision template, and a revision name derived from the spec and
+//!   version (`{service}-{digest}`), so a repeated apply changes nothing.
+//!   It returns once Cloud Run has accepted the change: the long-running
+//!   operation is not awaited; later fetches watch it settle.
+//! - fetch reads the service: the version annotated on the revision the
+//!   service's template names, whether Cloud Run is still reconciling,
+//!   the Ready condition of its latest created revision, the latest ready
+//!   revision and the traffic, as the structured fetch JSON every runtime
+//!   reports.
+//!
+//! Results go to the [`JobResultSink`] at once; `poll` does the job again,
+//! which both operations allow, for a result that was lost.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use google_cloud_run_v2::model::Service;
+use google_cloud_run_v2::model::condition::State;
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tracing::{info, instrument, warn};
+use vergence_model::cloud_run::annotations;
+use vergence_model::hashing::sha256_hex;
+use vergence_model::ports::{JobProgress, JobResultSink, Runner};
+use vergence_model::{BuiltinJob, CloudRunService, JobHandle, JobOutcome, JobRecord, JobResult};
+
+use crate::clients::CloudRunClients;
+use crate::error::CloudRunError;
+
+/// Characters of the spec's digest in the revision name.
+const REVISION_DIGEST_LEN: usize = 10;
+
+/// Applies and reads the services of first-class Cloud Run runtimes.
+pub struct CloudRunServices {
+    clients: CloudRunClients,
+    sink: Arc<dyn JobResultSink>,
+}
+
+impl std::fmt::Debug for CloudRunServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudRunServices").finish_non_exhaustive()
+    }
+}
+
+impl CloudRunServices {
+    pub fn new(clients: CloudRunClients, sink: Arc<dyn JobResultSink>) -> Self {
+        Self { clients, sink }
+    }
+
+    /// Carries out one job of a Cloud Run runtime; what Cloud Run refused
+    /// is the result's exit 1 and stderr, as a program's failure would be.
+    #[instrument(name = "cloud_run.service", skip_all, fields(job = %job.id, kind = %job.kind))]
+    pub async fn carry_out(&self, job: &JobRecord) -> JobResult {
+        let started = Instant::now();
+        let done = match &job.spec.builtin {
+            Some(BuiltinJob::CloudRunApply(service)) => self.apply(service).await,
+            Some(BuiltinJob::CloudRunFetch(service)) => self.fetch(service).await,
+            _ => Err(CloudRunError::WrongRunner {
+                job: job.id.to_string(),
+                runner: "(not a Cloud Run runtime's job)",
+            }),
+        };
+        let (exit_code, stdout, stderr_tail) = match done {
+            Ok(stdout) => (0, stdout, String::new()),
+            Err(e) => {
+                warn!(error = %e, "the Cloud Run runtime's job failed");
+                (1, String::new(), e.to_string())
+            }
+        };
+        JobResult {
+            outcome: JobOutcome::Exited,
+            exit_code: Some(exit_code),
+            stdout,
+            stderr_tail,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            outputs: Vec::new(),
+            finished_at: Timestamp::now(),
+        }
+    }
+
+    async fn apply(&self, wanted: &CloudRunService) -> Result<String, CloudRunError> {
+        let name = wanted.name();
+        let mut spec = desired_spec(wanted)?;
+        let existing = match self.get(&name).await {
+            Ok(existing) => Some(existing),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let revision = revision_name(wanted);
+        match existing {
+            None => {
+                let operation = self
+                    .clients
+                    .services
+                    .create_service()
+                    .set_parent(wanted.parent())
+                    .set_service_id(&wanted.service_name)
+                    .set_service(spec)
+                    .send()
+                    .await
+                    .map_err(CloudRunError::api("creating Cloud Run service", &name))?;
+                info!(service = %name, %revision, "creating the Cloud Run service");
+                Ok(format!(
+                    "started creating service {name} with revision {revision} (operation {})",
+                    operation.name
+                ))
+            }
+            Some(existing)
+                if existing.template.as_ref().map(|t| t.revision.as_str())
+                    == Some(revision.as_str()) =>
+            {
+                Ok(format!(
+                    "service {name} already names revision {revision} for {}",
+                    wanted.version
+                ))
+            }
+            Some(existing) => {
+                spec.name = name.clone();
+                spec.etag = existing.etag.clone();
+                let operation = self
+                    .clients
+                    .services
+                    .update_service()
+                    .set_service(spec)
+                    .send()
+                    .await
+                    .map_err(CloudRunError::api("updating Cloud Run service", &name))?;
+                info!(service = %name, %revision, "updating the Cloud Run service");
+                Ok(format!(
+                    "started updating service {name} to revision {revision} (operation {})",
+                    operation.name
+                ))
+            }
+        }
+    }
+
+    async fn fetch(&self, wanted: &CloudRunService) -> Result<String, CloudRunError> {
+        let name = wanted.name();
+        let object = match self.get(&name).await {
+            Err(e) if e.is_not_found() => json!({
+                "name": wanted.service_name,
+                "objectType": "Cloud Run service",
+                "versions": [],
+                "status": "PENDING",
+                "message": format!("there is no Cloud Run service {name}"),
+            }),
+            Err(e) => return Err(e),
+            Ok(found) => observe(wanted, &found),
+        };
+        Ok(json!({ "objects": [object] }).to_string())
+    }
+
+    async fn get(&self, name: &str) -> Result<Service, CloudRunError> {
+        self.clients
+            .services
+            .get_service()
+            .set_name(name)
+            .send()
+            .await
+            .map_err(CloudRunError::api("getting Cloud Run service", name))
+    }
+}
+
+#[async_trait]
+impl Runner for CloudRunServices {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
+        let result = self.carry_out(job).await;
+        // A result that cannot be recorded now is found again by `poll`.
+        if let Err(e) = self.sink.job_finished(job, result).await {
+            warn!(job = %job.id, error = %e, "recording the Cloud Run runtime's result failed; a later check carries the job out again");
+        }
+        Ok(None)
+    }
+
+    async fn poll(&self, job: &JobRecord) -> vergence_model::Result<JobProgress> {
+        Ok(JobProgress::Finished(self.carry_out(job).await))
+    }
+}
+
+/// The revision Vergence names for the wanted spec and version.
+fn revision_name(wanted: &CloudRunService) -> String {
+    let digest = sha256_hex(format!("{}\n{}", wanted.version, wanted.spec).as_bytes());
+    format!(
+        "{}-v{}",
+        wanted.service_name,
+        &digest[..REVISION_DIGEST_LEN]
+    )
+}
+
+/// The rendered spec with Vergence's annotations and revision name.
+fn desired_spec(wanted: &CloudRunService) -> Result<Service, CloudRunError> {
+    let mut spec: Value = serde_json::from_str(&wanted.spec).map_err(|e| {
+        CloudRunError::Launch(format!(
+            "the spec of Cloud Run service {} is not JSON: {e}",
+            wanted.service_name
+        ))
+    })?;
+    let ours = json!({
+        annotations::SERVICE_ID: wanted.service_id,
+        annotations::VERSION: wanted.version,
+    });
+    annotate(&mut spec, &ours);
+    if !spec["template"].is_object() {
+        spec["template"] = json!({});
+    }
+    annotate(&mut spec["template"], &ours);
+    spec["template"]["revision"] = json!(revision_name(wanted));
+    serde_json::from_value(spec).map_err(|e| {
+        CloudRunError::Launch(format!(
+            "the spec of Cloud Run service {} is not a Cloud Run service: {e}",
+            wanted.service_name
+        ))
+    })
+}
+
+fn annotate(resource: &mut Value, ours: &Value) {
+    if !resource["annotations"].is_object() {
+        resource["annotations"] = json!({});
+    }
+    if let (Some(into), Some(from)) = (resource["annotations"].as_object_mut(), ours.as_object()) {
+        into.extend(from.clone());
+    }
+}
+
+/// What the service says about the wanted version.
+fn observe(wanted: &CloudRunService, found: &Service) -> Value {
+    let expected = revision_name(wanted);
+    let template = found.template.as_ref();
+    let named = template.map(|t| t.revision.as_str()).unwrap_or_default();
+    let annotated = |key: &str| {
+        template
+            .and_then(|t| t.annotations.get(key))
+            .map(String::as_str)
+    };
+    let version = match annotated(annotations::VERSION) {
+        Some(version)
+            if annotated(annotations::SERVICE_ID) == Some(wanted.service_id.as_str())
+                && named.starts_with(&format!("{}-v", wanted.service_name)) =>
+        {
+            version.to_owned()
+        }
+        _ => format!(
+            "revision {} not made by Vergence",
+            short(&found.latest_created_revision)
+        ),
+    };
+    // The desired version's tags on another template: edited by hand.
+    let drifted = version == wanted.version && named != expected;
+    let latest_created = short(&found.latest_created_revision);
+    let latest_ready = short(&found.latest_ready_revision);
+    let ready = found.terminal_condition.as_ref();
+    let (status, reason) = if found.reconciling {
+        (
+            "PENDING",
+            format!("reconciling; revision {latest_created} is not ready yet"),
+        )
+    } else {
+        match ready.map(|c| &c.state) {
+            Some(State::ConditionSucceeded) if latest_ready == latest_created => {
+                ("SUCCEEDED", format!("revision {latest_ready} is ready"))
+            }
+            Some(State::ConditionFailed) => (
+                "FAILED",
+                format!(
+                    "revision {latest_created} failed: {}",
+                    ready.map(|c| c.message.as_str()).unwrap_or_default()
+                ),
+            ),
+            _ => (
+                "PENDING",
+                format!("revision {latest_created} is not ready yet"),
+            ),
+        }
+    };
+    let traffic: Vec<String> = found
+        .traffic_statuses
+        .iter()
+        .map(|t| {
+            format!(
+                "{}% to {}",
+                t.percent,
+                if t.revision.is_empty() {
+                    "latest"
+                } else {
+                    &t.revision
+                }
+            )
+        })
+        .collect();
+    json!({
+        "name": wanted.service_name,
+        "objectType": "Cloud Run service",
+        "versions": [{"version": version, "active": true, "drifted": drifted}],
+        "status": status,
+        "message": format!("{reason}; latest ready revision {}; traffic: {}", if latest_ready.is_empty() { "none" } else { latest_ready }, if traffic.is_empty() { "none".to_owned() } else { traffic.join(", ") }),
+        "externalLinks": [{
+            "type": "DETAIL",
+            "name": "Cloud Run console",
+            "url": format!("https://console.cloud.google.com/run/detail/{}/{}/revisions?project={}", wanted.region, wanted.service_name, wanted.project),
+        }],
+    })
+}
+
+/// A revision's id from its full name.
+fn short(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}

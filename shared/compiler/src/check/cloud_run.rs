@@ -1,0 +1,227 @@
+//! Checks the first-class Cloud Run runtime (`runtime: {cloudRun:
+//! {project, region}}`) and the file each service gives it (`service:
+//! {cloudRun: {service: FILE}}`): a file of the config, a template over the
+//! service's parameters, the release channel's constants and the built-ins,
+//! holding the Cloud Run service (Admin API v2) Vergence creates or updates.
+
+use jiff::SignedDuration;
+
+use super::Checker;
+use super::field_path::FieldPath;
+use super::service::ServiceInput;
+use crate::config::schema::{CloudRunRuntimeDoc, RuntimeDoc};
+use crate::config::{ParsedDocument, manifests_dir};
+use crate::model::{CloudRunRuntime, FetchTemplate, JobTemplate, ReleaseChannel, Runtime};
+use crate::render::cloud_run::check_service;
+use crate::render::ecs::parse;
+use crate::template::Template;
+use vergence_model::{
+    CloudRunRunnerSpec, ConfigBundle, ConfigError, FetchMode, RunnerKind, RunnerSpec, RunnerUse,
+    RunnerUser, Source,
+};
+
+/// How long one apply or read may take: one or two API calls.
+const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_mins(5);
+/// A revision usually gets ready within a minute.
+const DEFAULT_POLL_INTERVAL: SignedDuration = SignedDuration::from_secs(10);
+const DEFAULT_STEADY_STATE_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(5);
+
+impl<'a> Checker<'a> {
+    /// Checks a runtime with a `cloudRun` block; `None` when it has
+    /// errors, all reported.
+    pub(super) fn cloud_run_runtime(
+        &mut self,
+        document: &'a ParsedDocument,
+        doc: &RuntimeDoc,
+        cloud_run: &CloudRunRuntimeDoc,
+    ) -> Option<Runtime> {
+        let source = &document.source;
+        let path = FieldPath::root("runtime").key("cloudRun");
+        let before = self.errors.len();
+        let (project, region) = self.cloud_run_runtime_settings(source, doc, cloud_run);
+        self.runner_uses.push(RunnerUse {
+            kind: RunnerKind::CloudRun,
+            by: RunnerUser::Runtime(doc.name.clone()),
+            at: source.location(&path),
+        });
+        if self.errors.len() != before {
+            return None;
+        }
+        let (project, region) = (project?, region?);
+        let job = JobTemplate::builtin(
+            &document.dir,
+            cloud_run.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
+        );
+        Some(Runtime {
+            name: doc.name.clone(),
+            // The Cloud Run kind: whoever runs the engine needs Google
+            // credentials for Cloud Run; the job's builtin says it is no job run.
+            runner: RunnerSpec::CloudRun(CloudRunRunnerSpec {
+                project: project.clone(),
+                region: region.clone(),
+                service_account: None,
+                cpu: None,
+                memory: None,
+            }),
+            params: Vec::new(),
+            apply: job.clone(),
+            retryable_exit_codes: Vec::new(),
+            retry_policy: self.retry_policy(source, &FieldPath::root("runtime"), None),
+            fetch: Some(FetchTemplate {
+                job,
+                mode: FetchMode::Structured,
+                poll_interval: cloud_run
+                    .poll_interval
+                    .map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
+                steady_state_poll_interval: cloud_run
+                    .steady_state_poll_interval
+                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
+            }),
+            get_info: None,
+            convergence_grace_period: doc
+                .convergence_grace_period
+                .map_or(super::runtime::DEFAULT_GRACE_PERIOD, |d| d.0),
+            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+            kubernetes: None,
+            ecs: None,
+            cloud_run: Some(CloudRunRuntime { project, region }),
+        })
+    }
+
+    /// Reports the keys a Cloud Run runtime has no use for and its missing
+    /// settings; returns its project and region.
+    fn cloud_run_runtime_settings(
+        &mut self,
+        source: &Source,
+        doc: &RuntimeDoc,
+        cloud_run: &CloudRunRuntimeDoc,
+    ) -> (Option<String>, Option<String>) {
+        let root = FieldPath::root("runtime");
+        let path = root.key("cloudRun");
+        let unused = [
+            ("apply", doc.apply.is_some()),
+            ("fetch", doc.fetch.is_some()),
+            ("getInfo", doc.get_info.is_some()),
+            ("runner", doc.runner.is_some()),
+            ("parameters", !doc.parameters.is_empty()),
+            ("ecs", doc.ecs.is_some()),
+            ("terraform", doc.terraform.is_some()),
+        ];
+        for (key, _) in unused.iter().filter(|(_, set)| *set) {
+            self.err(
+                source,
+                &root.key(key),
+                format!(
+                    "a cloudRun runtime creates and updates its services' Cloud Run services itself; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
+                ),
+            );
+        }
+        let required = |value: &Option<String>| value.clone().filter(|v| !v.trim().is_empty());
+        let (project, region) = (required(&cloud_run.project), required(&cloud_run.region));
+        if project.is_none() {
+            self.err(
+                source,
+                &path.key("project"),
+                "required: the Google Cloud project of the services",
+            );
+        }
+        if region.is_none() {
+            self.err(
+                source,
+                &path.key("region"),
+                "required: the Cloud Run region of the services, e.g. europe-west1",
+            );
+        }
+        (project, region)
+    }
+
+    /// The service's Cloud Run file in `channel`, whose runtime is
+    /// `runtime`: required by a Cloud Run runtime, refused by any other.
+    pub(super) fn service_cloud_run_file(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        runtime: &Runtime,
+    ) -> Result<Option<(String, Template)>, ()> {
+        let path = FieldPath::root("service").key("cloudRun");
+        match (&runtime.cloud_run, &svc.doc.cloud_run) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => {
+                self.err(
+                    svc.source,
+                    &path,
+                    format!(
+                        "has no effect: runtime '{}' (release channel '{}') is not a cloudRun runtime; a Cloud Run service file is for a runtime with `cloudRun: {{project, region}}`",
+                        runtime.name, channel.name
+                    ),
+                );
+                Err(())
+            }
+            (Some(_), None) => {
+                self.err(
+                    svc.source,
+                    &FieldPath::root("service"),
+                    format!(
+                        "runtime '{}' (release channel '{}') is a cloudRun runtime: give the service's file with `cloudRun: {{service: FILE}}`",
+                        runtime.name, channel.name
+                    ),
+                );
+                Err(())
+            }
+            (Some(_), Some(doc)) => self
+                .cloud_run_file(svc, channel, &path.key("service"), &doc.service)
+                .map(Some)
+                .ok_or(()),
+        }
+    }
+
+    fn cloud_run_file(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        path: &FieldPath,
+        raw: &str,
+    ) -> Option<(String, Template)> {
+        let Some(file) =
+            manifests_dir(&svc.source.file, raw).filter(|f| super::ecs::is_data_file(f))
+        else {
+            self.err(
+                svc.source,
+                path,
+                format!(
+                    "{raw:?} must be a *.json, *.yaml or *.yml file inside the config directory (it is pushed with the config)"
+                ),
+            );
+            return None;
+        };
+        let bundle: &'a ConfigBundle = self.bundle;
+        let Some(text) = bundle.files.get(&file) else {
+            self.err(
+                svc.source,
+                path,
+                format!("file {file:?} is not in the config directory"),
+            );
+            return None;
+        };
+        let first_new = self.errors.len();
+        let template = self.service_template(svc, channel, path, text);
+        for error in &mut self.errors[first_new..] {
+            error.message = format!("in {file}: {}", error.message);
+        }
+        let template = template?;
+        if template.references().next().is_none() {
+            let checked = parse(&file, text)
+                .and_then(|map| check_service(&map).map(|_| ()).map_err(|m| (None, m)));
+            if let Err((line, message)) = checked {
+                self.errors.push(ConfigError {
+                    file: file.clone(),
+                    line,
+                    path: String::new(),
+                    message,
+                });
+                return None;
+            }
+        }
+        Some((file, template))
+    }
+}
