@@ -304,9 +304,13 @@ impl Decider<'_> {
                 self.converged(spec);
                 self.post_deployment(spec);
             }
+            // A rollout in progress that no apply of ours started is waited
+            // for; once an attempt of ours failed (its grace period ran
+            // out), it is retried like any failed attempt instead.
             FetchVerdict::InProgress | FetchVerdict::NeedsApply
                 if target.applied_seq.is_some()
-                    || observation.verdict == FetchVerdict::InProgress =>
+                    || (observation.verdict == FetchVerdict::InProgress
+                        && target.apply_failures == 0) =>
             {
                 self.verifying(spec, target, &observation.summary);
             }

@@ -534,6 +534,52 @@ fn not_converged_within_the_grace_period_applies_again() {
     assert_eq!(d.jobs[0].attempt, 2);
 }
 
+/// A rollout that never finishes (a revision that never gets Ready) fails
+/// its attempts one grace period after another, then the version.
+#[test]
+fn a_rollout_in_progress_forever_fails_each_attempt_then_the_version() {
+    let mut sim = Sim::new(spec("staging", "svc-1", Some(FetchMode::Structured)));
+    let rolling = r#"{"objects":[{"name":"a","versions":[{"version":"svc-1","active":true}],"status":"PENDING"}]}"#;
+    sim.step();
+    sim.finish(0, r#"{"objects":[]}"#);
+    for attempt in 1..=3 {
+        let flight = sim.record.state.in_flight.clone().expect("a job");
+        assert_eq!((flight.kind, flight.attempt), (JobKind::Apply, attempt));
+        sim.finish(0, "");
+        sim.finish(0, rolling);
+        assert_eq!(sim.status(), Status::Verifying);
+        // Past the grace period, still in progress: a failed attempt.
+        sim.advance(SignedDuration::from_mins(11));
+        assert_eq!(sim.step().jobs[0].kind, JobKind::Fetch);
+        sim.finish(0, rolling);
+        if attempt < 3 {
+            assert_eq!(
+                sim.status(),
+                Status::Applying,
+                "{}",
+                sim.record.state.reason
+            );
+            sim.now = sim.record.next_check_at.unwrap();
+            let d = sim.step();
+            assert_eq!(
+                d.jobs.len(),
+                1,
+                "retried, not left VERIFYING: {}",
+                sim.record.state.reason
+            );
+        }
+    }
+    assert_eq!(sim.status(), Status::Failed, "{}", sim.record.state.reason);
+    assert!(
+        sim.record
+            .state
+            .reason
+            .contains("gave up after 3 failed attempt(s)"),
+        "{}",
+        sim.record.state.reason
+    );
+}
+
 #[test]
 fn a_lost_job_counts_as_a_failed_attempt_after_its_deadline() {
     let mut sim = Sim::new(spec("staging", "v1", None));
