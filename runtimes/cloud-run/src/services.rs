@@ -29,7 +29,7 @@ use tracing::{info, instrument, warn};
 use vergence_model::cloud_run::annotations;
 use vergence_model::hashing::sha256_hex;
 use vergence_model::ports::{JobProgress, JobResultSink, Runner};
-use vergence_model::{BuiltinJob, CloudRunService, JobHandle, JobOutcome, JobRecord, JobResult};
+use vergence_model::{BuiltinJob, CloudRunService, JobHandle, JobRecord, JobResult};
 
 use crate::clients::CloudRunClients;
 use crate::error::CloudRunError;
@@ -67,22 +67,11 @@ impl CloudRunServices {
                 runner: "(not a Cloud Run runtime's job)",
             }),
         };
-        let (exit_code, stdout, stderr_tail) = match done {
-            Ok(stdout) => (0, stdout, String::new()),
-            Err(e) => {
-                warn!(error = %e, "the Cloud Run runtime's job failed");
-                (1, String::new(), e.to_string())
-            }
-        };
-        JobResult {
-            outcome: JobOutcome::Exited,
-            exit_code: Some(exit_code),
-            stdout,
-            stderr_tail,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            outputs: Vec::new(),
-            finished_at: Timestamp::now(),
-        }
+        let done = done.map_err(|e| {
+            warn!(error = %e, "the Cloud Run runtime's job failed");
+            e.to_string()
+        });
+        JobResult::of_call(done, started.elapsed(), Timestamp::now())
     }
 
     async fn apply(&self, wanted: &CloudRunService) -> Result<String, CloudRunError> {

@@ -211,6 +211,25 @@ impl JobResult {
         }
     }
 
+    /// The result of a job a first-class runtime carried out with API calls
+    /// in-process: what it printed (exit 0), or what the platform refused
+    /// (exit 1, on stderr), as a program's result would say it.
+    pub fn of_call(done: Result<String, String>, took: std::time::Duration, at: Timestamp) -> Self {
+        let (code, stdout, stderr_tail) = match done {
+            Ok(stdout) => (0, stdout, String::new()),
+            Err(error) => (1, String::new(), error),
+        };
+        Self {
+            outcome: JobOutcome::Exited,
+            exit_code: Some(code),
+            stdout,
+            stderr_tail,
+            duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            outputs: Vec::new(),
+            finished_at: at,
+        }
+    }
+
     /// A result for a job that never ran.
     pub fn not_started(message: impl Into<String>, at: Timestamp) -> Self {
         Self::without_output(

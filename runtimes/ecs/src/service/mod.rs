@@ -31,7 +31,7 @@ use serde_json::{Map, Value};
 use tracing::{instrument, warn};
 use vergence_model::ports::{JobProgress, JobResultSink, Runner};
 use vergence_model::{
-    BuiltinJob, EcsService, JobHandle, JobOutcome, JobRecord, JobResult, hashing::sha256_hex,
+    BuiltinJob, EcsService, JobHandle, JobRecord, JobResult, hashing::sha256_hex,
 };
 
 use crate::clients::EcsClients;
@@ -76,22 +76,11 @@ impl EcsServices {
                 job: job.id.to_string(),
             }),
         };
-        let (exit_code, stdout, stderr_tail) = match done {
-            Ok(stdout) => (0, stdout, String::new()),
-            Err(e) => {
-                warn!(error = %e, "the ECS runtime's job failed");
-                (1, String::new(), e.to_string())
-            }
-        };
-        JobResult {
-            outcome: JobOutcome::Exited,
-            exit_code: Some(exit_code),
-            stdout,
-            stderr_tail,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            outputs: Vec::new(),
-            finished_at: Timestamp::now(),
-        }
+        let done = done.map_err(|e| {
+            warn!(error = %e, "the ECS runtime's job failed");
+            e.to_string()
+        });
+        JobResult::of_call(done, started.elapsed(), Timestamp::now())
     }
 
     fn clients_for(&self, service: &EcsService) -> EcsClients {

@@ -9,15 +9,13 @@ use jiff::SignedDuration;
 use super::Checker;
 use super::field_path::FieldPath;
 use super::service::ServiceInput;
+use crate::config::ParsedDocument;
 use crate::config::schema::{CloudRunRuntimeDoc, RuntimeDoc};
-use crate::config::{ParsedDocument, manifests_dir};
 use crate::model::{CloudRunRuntime, FetchTemplate, JobTemplate, ReleaseChannel, Runtime};
 use crate::render::cloud_run::check_service;
-use crate::render::ecs::parse;
 use crate::template::Template;
 use vergence_model::{
-    CloudRunRunnerSpec, ConfigBundle, ConfigError, FetchMode, RunnerKind, RunnerSpec, RunnerUse,
-    RunnerUser, Source,
+    CloudRunRunnerSpec, FetchMode, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source,
 };
 
 /// How long one apply or read may take: one or two API calls.
@@ -182,46 +180,8 @@ impl<'a> Checker<'a> {
         path: &FieldPath,
         raw: &str,
     ) -> Option<(String, Template)> {
-        let Some(file) =
-            manifests_dir(&svc.source.file, raw).filter(|f| super::ecs::is_data_file(f))
-        else {
-            self.err(
-                svc.source,
-                path,
-                format!(
-                    "{raw:?} must be a *.json, *.yaml or *.yml file inside the config directory (it is pushed with the config)"
-                ),
-            );
-            return None;
-        };
-        let bundle: &'a ConfigBundle = self.bundle;
-        let Some(text) = bundle.files.get(&file) else {
-            self.err(
-                svc.source,
-                path,
-                format!("file {file:?} is not in the config directory"),
-            );
-            return None;
-        };
-        let first_new = self.errors.len();
-        let template = self.service_template(svc, channel, path, text);
-        for error in &mut self.errors[first_new..] {
-            error.message = format!("in {file}: {}", error.message);
-        }
-        let template = template?;
-        if template.references().next().is_none() {
-            let checked = parse(&file, text)
-                .and_then(|map| check_service(&map).map(|_| ()).map_err(|m| (None, m)));
-            if let Err((line, message)) = checked {
-                self.errors.push(ConfigError {
-                    file: file.clone(),
-                    line,
-                    path: String::new(),
-                    message,
-                });
-                return None;
-            }
-        }
-        Some((file, template))
+        self.data_file_template(svc, channel, path, raw, |map| {
+            check_service(map).map(|_| ())
+        })
     }
 }

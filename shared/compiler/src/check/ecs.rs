@@ -200,6 +200,23 @@ impl<'a> Checker<'a> {
             EcsFile::Service => "service",
         };
         let path = &FieldPath::root("service").key("ecs").key(key);
+        self.data_file_template(svc, channel, path, raw, |map| match kind {
+            EcsFile::TaskDefinition => check_task_definition(map),
+            EcsFile::Service => check_service(map).map(|_| ()),
+        })
+    }
+
+    /// A data file of the bundle a service names (`raw`, written at
+    /// `path`) as a template over the service's values; a file that uses no
+    /// template is parsed and `check`ed now, as it will be sent.
+    pub(super) fn data_file_template(
+        &mut self,
+        svc: &ServiceInput<'_>,
+        channel: &ReleaseChannel,
+        path: &FieldPath,
+        raw: &str,
+        check: impl Fn(&serde_json::Map<String, serde_json::Value>) -> Result<(), String>,
+    ) -> Option<(String, Template)> {
         let Some(file) = manifests_dir(&svc.source.file, raw).filter(|f| is_data_file(f)) else {
             self.err(
                 svc.source,
@@ -227,13 +244,8 @@ impl<'a> Checker<'a> {
         }
         let template = template?;
         if template.references().next().is_none() {
-            let checked = parse(&file, text).and_then(|map| {
-                match kind {
-                    EcsFile::TaskDefinition => check_task_definition(&map),
-                    EcsFile::Service => check_service(&map).map(|_| ()),
-                }
-                .map_err(|message| (None, message))
-            });
+            let checked =
+                parse(&file, text).and_then(|map| check(&map).map_err(|message| (None, message)));
             if let Err((line, message)) = checked {
                 self.errors.push(ConfigError {
                     file: file.clone(),
