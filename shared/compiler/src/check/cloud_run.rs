@@ -96,24 +96,13 @@ impl<'a> Checker<'a> {
     ) -> (Option<String>, Option<String>) {
         let root = FieldPath::root("runtime");
         let path = root.key("cloudRun");
-        let unused = [
-            ("apply", doc.apply.is_some()),
-            ("fetch", doc.fetch.is_some()),
-            ("getInfo", doc.get_info.is_some()),
-            ("runner", doc.runner.is_some()),
-            ("parameters", !doc.parameters.is_empty()),
-            ("ecs", doc.ecs.is_some()),
-            ("terraform", doc.terraform.is_some()),
-        ];
-        for (key, _) in unused.iter().filter(|(_, set)| *set) {
-            self.err(
-                source,
-                &root.key(key),
-                format!(
-                    "a cloudRun runtime creates and updates its services' Cloud Run services itself; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
-                ),
-            );
-        }
+        self.keys_without_effect(
+            source,
+            doc,
+            "a cloudRun",
+            "creates and updates its services' Cloud Run services itself",
+            &[],
+        );
         let required = |value: &Option<String>| value.clone().filter(|v| !v.trim().is_empty());
         let (project, region) = (required(&cloud_run.project), required(&cloud_run.region));
         if project.is_none() {

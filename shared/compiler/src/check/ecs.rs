@@ -101,24 +101,13 @@ impl<'a> Checker<'a> {
     ) -> Option<String> {
         let root = FieldPath::root("runtime");
         let path = root.key("ecs");
-        let unused = [
-            ("apply", doc.apply.is_some()),
-            ("fetch", doc.fetch.is_some()),
-            ("getInfo", doc.get_info.is_some()),
-            ("runner", doc.runner.is_some()),
-            ("parameters", !doc.parameters.is_empty()),
-            ("cloudRun", doc.cloud_run.is_some()),
-            ("terraform", doc.terraform.is_some()),
-        ];
-        for (key, _) in unused.iter().filter(|(_, set)| *set) {
-            self.err(
-                source,
-                &root.key(key),
-                format!(
-                    "an ecs runtime registers and updates its services' task definitions and ECS services itself; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
-                ),
-            );
-        }
+        self.keys_without_effect(
+            source,
+            doc,
+            "an ecs",
+            "registers and updates its services' task definitions and ECS services itself",
+            &[],
+        );
         let cluster = ecs.cluster.clone().filter(|c| !c.trim().is_empty());
         if cluster.is_none() {
             self.err(

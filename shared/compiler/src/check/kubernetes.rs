@@ -41,25 +41,13 @@ impl<'a> Checker<'a> {
         let root = FieldPath::root("runtime");
         let path = root.key("kubernetes");
         let before = self.errors.len();
-        let unused = [
-            ("apply", doc.apply.is_some()),
-            ("fetch", doc.fetch.is_some()),
-            ("getInfo", doc.get_info.is_some()),
-            ("runner", doc.runner.is_some()),
-            ("parameters", !doc.parameters.is_empty()),
-            ("ecs", doc.ecs.is_some()),
-            ("cloudRun", doc.cloud_run.is_some()),
-            ("terraform", doc.terraform.is_some()),
-        ];
-        for (key, _) in unused.iter().filter(|(_, set)| *set) {
-            self.err(
-                source,
-                &root.key(key),
-                format!(
-                    "a kubernetes runtime applies and reads its services' manifests itself, through its agent; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
-                ),
-            );
-        }
+        self.keys_without_effect(
+            source,
+            doc,
+            "a kubernetes",
+            "applies and reads its services' manifests itself, through its agent",
+            &[],
+        );
         let runner = KubernetesRunnerDoc {
             agent: kubernetes.agent.clone(),
             namespace: kubernetes.namespace.clone(),

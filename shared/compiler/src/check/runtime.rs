@@ -155,6 +155,44 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// Reports the keys of `doc` a first-class runtime (`a {what}`, which
+    /// `does` its work itself) has no use for: every key but those in
+    /// `used`, and the other first-class blocks.
+    pub(super) fn keys_without_effect(
+        &mut self,
+        source: &Source,
+        doc: &RuntimeDoc,
+        what: &str,
+        does: &str,
+        used: &[&str],
+    ) {
+        let root = FieldPath::root("runtime");
+        let set = [
+            ("apply", doc.apply.is_some()),
+            ("fetch", doc.fetch.is_some()),
+            ("getInfo", doc.get_info.is_some()),
+            ("runner", doc.runner.is_some()),
+            ("parameters", !doc.parameters.is_empty()),
+            ("kubernetes", doc.kubernetes.is_some()),
+            ("ecs", doc.ecs.is_some()),
+            ("cloudRun", doc.cloud_run.is_some()),
+            ("terraform", doc.terraform.is_some()),
+        ];
+        let own = what.rsplit(' ').next().unwrap_or(what);
+        for (key, _) in set
+            .iter()
+            .filter(|(key, is_set)| *is_set && *key != own && !used.contains(key))
+        {
+            self.err(
+                source,
+                &root.key(key),
+                format!(
+                    "{what} runtime {does}; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
+                ),
+            );
+        }
+    }
+
     /// The fetch job; its outputs are files handed to apply, so they must be
     /// plain names inside the job's directory.
     fn fetch(

@@ -133,7 +133,14 @@ impl<'a> Checker<'a> {
         let root = FieldPath::root("runtime");
         let path = root.key("terraform");
         let before = self.errors.len();
-        self.without_effect_on_terraform(source, &root, doc);
+        // Its jobs are Vergence's: commands of its own would not run.
+        self.keys_without_effect(
+            source,
+            doc,
+            "a terraform",
+            "plans and applies its module itself",
+            &["runner", "parameters"],
+        );
         let (runner, kind) = self.terraform_runner(source, &root, doc, tf);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let module = self.terraform_module_of(source, &path, tf, kind);
@@ -192,28 +199,6 @@ impl<'a> Checker<'a> {
             ecs: None,
             cloud_run: None,
         })
-    }
-
-    /// A terraform runtime's jobs are Vergence's: commands of its own are
-    /// errors, not silently ignored.
-    fn without_effect_on_terraform(&mut self, source: &Source, root: &FieldPath, doc: &RuntimeDoc) {
-        for (key, set) in [
-            ("apply", doc.apply.is_some()),
-            ("fetch", doc.fetch.is_some()),
-            ("getInfo", doc.get_info.is_some()),
-            ("ecs", doc.ecs.is_some()),
-            ("cloudRun", doc.cloud_run.is_some()),
-        ] {
-            if set {
-                self.err(
-                    source,
-                    &root.key(key),
-                    format!(
-                        "a terraform runtime plans and applies its module itself; '{key}' has no effect here (remove it, or write a custom runtime to run your own commands)"
-                    ),
-                );
-            }
-        }
     }
 
     /// The runner, written in the terraform block or at `runtime.runner`

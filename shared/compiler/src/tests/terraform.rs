@@ -132,6 +132,13 @@ fn keys_that_would_not_act_and_unreachable_modules_are_errors() {
         all.contains("runtime.terraform.image: the ecs runner runs a container"),
         "{all}"
     );
+    // Another first-class block beside it would be silently dropped.
+    let both = "runtime:\n  name: network\n  terraform: {module: ./modules/network}\n  ecs: {cluster: c}\n";
+    let all = errors_of(&files(both)).join("\n");
+    assert!(
+        all.contains("runtime.ecs: a terraform runtime plans and applies its module itself; 'ecs' has no effect here"),
+        "{all}"
+    );
     let missing = "runtime:\n  name: network\n  terraform: {variables: {a: b}}\n";
     let all = errors_of(&files(missing)).join("\n");
     assert!(all.contains("runtime.terraform.module: required"), "{all}");
