@@ -11,12 +11,10 @@ use super::field_path::FieldPath;
 use super::service::ServiceInput;
 use crate::config::ParsedDocument;
 use crate::config::schema::{CloudRunRuntimeDoc, RuntimeDoc};
-use crate::model::{CloudRunRuntime, FetchTemplate, JobTemplate, ReleaseChannel, Runtime};
+use crate::model::{CloudRunRuntime, JobTemplate, ReleaseChannel, Runtime};
 use crate::render::cloud_run::check_service;
 use crate::template::Template;
-use vergence_model::{
-    CloudRunRunnerSpec, FetchMode, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source,
-};
+use vergence_model::{CloudRunRunnerSpec, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source};
 
 /// How long one apply or read may take: one or two API calls.
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_mins(5);
@@ -50,39 +48,24 @@ impl<'a> Checker<'a> {
             &document.dir,
             cloud_run.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
         );
+        // The Cloud Run kind: whoever runs the engine needs Google
+        // credentials for Cloud Run; the job's builtin says it is no job run.
+        let runner = RunnerSpec::CloudRun(CloudRunRunnerSpec {
+            project: project.clone(),
+            region: region.clone(),
+            service_account: None,
+            cpu: None,
+            memory: None,
+        });
+        let poll = cloud_run
+            .poll_interval
+            .map_or(DEFAULT_POLL_INTERVAL, |d| d.0);
+        let steady = cloud_run
+            .steady_state_poll_interval
+            .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0);
         Some(Runtime {
-            name: doc.name.clone(),
-            // The Cloud Run kind: whoever runs the engine needs Google
-            // credentials for Cloud Run; the job's builtin says it is no job run.
-            runner: RunnerSpec::CloudRun(CloudRunRunnerSpec {
-                project: project.clone(),
-                region: region.clone(),
-                service_account: None,
-                cpu: None,
-                memory: None,
-            }),
-            params: Vec::new(),
-            apply: job.clone(),
-            retryable_exit_codes: Vec::new(),
-            retry_policy: self.retry_policy(source, &FieldPath::root("runtime"), None),
-            fetch: Some(FetchTemplate {
-                job,
-                mode: FetchMode::Structured,
-                poll_interval: cloud_run
-                    .poll_interval
-                    .map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
-                steady_state_poll_interval: cloud_run
-                    .steady_state_poll_interval
-                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
-            }),
-            get_info: None,
-            convergence_grace_period: doc
-                .convergence_grace_period
-                .map_or(super::runtime::DEFAULT_GRACE_PERIOD, |d| d.0),
-            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
-            kubernetes: None,
-            ecs: None,
             cloud_run: Some(CloudRunRuntime { project, region }),
+            ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })
     }
 

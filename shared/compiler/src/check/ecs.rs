@@ -12,12 +12,11 @@ use super::field_path::FieldPath;
 use super::service::ServiceInput;
 use crate::config::schema::{EcsRuntimeDoc, RuntimeDoc};
 use crate::config::{ParsedDocument, manifests_dir};
-use crate::model::{EcsFiles, EcsRuntime, FetchTemplate, JobTemplate, ReleaseChannel, Runtime};
+use crate::model::{EcsFiles, EcsRuntime, JobTemplate, ReleaseChannel, Runtime};
 use crate::render::ecs::{check_service, check_task_definition, parse};
 use crate::template::Template;
 use vergence_model::{
-    ConfigBundle, ConfigError, EcsRunnerSpec, FetchMode, RunnerKind, RunnerSpec, RunnerUse,
-    RunnerUser, Source,
+    ConfigBundle, ConfigError, EcsRunnerSpec, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source,
 };
 
 /// How long one apply or read may take: a handful of API calls.
@@ -49,45 +48,30 @@ impl<'a> Checker<'a> {
         }
         let cluster = cluster?;
         let job = JobTemplate::builtin(&document.dir, ecs.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0));
+        // The ECS kind: whoever runs the engine needs AWS credentials for
+        // ECS, as for ECS tasks; the job's builtin says it is no task.
+        let runner = RunnerSpec::Ecs(EcsRunnerSpec {
+            cluster: cluster.clone(),
+            region: ecs.region.clone(),
+            subnets: Vec::new(),
+            security_groups: Vec::new(),
+            assign_public_ip: false,
+            task_role_arn: None,
+            execution_role_arn: None,
+            cpu: EcsRunnerSpec::DEFAULT_CPU,
+            memory: EcsRunnerSpec::DEFAULT_MEMORY,
+            log_group: EcsRunnerSpec::DEFAULT_LOG_GROUP.to_owned(),
+        });
+        let poll = ecs.poll_interval.map_or(DEFAULT_POLL_INTERVAL, |d| d.0);
+        let steady = ecs
+            .steady_state_poll_interval
+            .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0);
         Some(Runtime {
-            name: doc.name.clone(),
-            // The ECS kind: whoever runs the engine needs AWS credentials
-            // for ECS, as for ECS tasks; the job's builtin says it is no task.
-            runner: RunnerSpec::Ecs(EcsRunnerSpec {
-                cluster: cluster.clone(),
-                region: ecs.region.clone(),
-                subnets: Vec::new(),
-                security_groups: Vec::new(),
-                assign_public_ip: false,
-                task_role_arn: None,
-                execution_role_arn: None,
-                cpu: EcsRunnerSpec::DEFAULT_CPU,
-                memory: EcsRunnerSpec::DEFAULT_MEMORY,
-                log_group: EcsRunnerSpec::DEFAULT_LOG_GROUP.to_owned(),
-            }),
-            params: Vec::new(),
-            apply: job.clone(),
-            retryable_exit_codes: Vec::new(),
-            retry_policy: self.retry_policy(source, &FieldPath::root("runtime"), None),
-            fetch: Some(FetchTemplate {
-                job,
-                mode: FetchMode::Structured,
-                poll_interval: ecs.poll_interval.map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
-                steady_state_poll_interval: ecs
-                    .steady_state_poll_interval
-                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
-            }),
-            get_info: None,
-            convergence_grace_period: doc
-                .convergence_grace_period
-                .map_or(super::runtime::DEFAULT_GRACE_PERIOD, |d| d.0),
-            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
-            kubernetes: None,
             ecs: Some(EcsRuntime {
                 cluster,
                 region: ecs.region.clone(),
             }),
-            cloud_run: None,
+            ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })
     }
 

@@ -12,13 +12,10 @@ use super::service::ServiceInput;
 use crate::config::schema::{KubernetesRunnerDoc, KubernetesRuntimeDoc, RuntimeDoc};
 use crate::config::yaml;
 use crate::config::{ParsedDocument, is_inside, manifests_dir};
-use crate::model::{
-    FetchTemplate, JobTemplate, KubernetesRuntime, Manifests, ReleaseChannel, Runtime,
-};
+use crate::model::{JobTemplate, KubernetesRuntime, Manifests, ReleaseChannel, Runtime};
 use crate::render::manifests::check_objects;
 use vergence_model::{
-    ConfigBundle, ConfigError, FetchMode, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RunnerUse,
-    RunnerUser,
+    ConfigBundle, ConfigError, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RunnerUse, RunnerUser,
 };
 
 /// How long one apply or read of the live objects may take.
@@ -73,37 +70,22 @@ impl<'a> Checker<'a> {
             &document.dir,
             kubernetes.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0),
         );
+        let runner = RunnerSpec::Kubernetes(KubernetesRunnerSpec {
+            agent: kubernetes.agent.clone()?,
+            namespace: kubernetes.namespace.clone(),
+            service_account: None,
+        });
+        let poll = kubernetes
+            .poll_interval
+            .map_or(DEFAULT_POLL_INTERVAL, |d| d.0);
+        let steady = kubernetes
+            .steady_state_poll_interval
+            .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0);
         Some(Runtime {
-            name: doc.name.clone(),
-            runner: RunnerSpec::Kubernetes(KubernetesRunnerSpec {
-                agent: kubernetes.agent.clone()?,
-                namespace: kubernetes.namespace.clone(),
-                service_account: None,
-            }),
-            params: Vec::new(),
-            apply: job.clone(),
-            retryable_exit_codes: Vec::new(),
-            retry_policy: self.retry_policy(source, &root, None),
-            fetch: Some(FetchTemplate {
-                job,
-                mode: FetchMode::Structured,
-                poll_interval: kubernetes
-                    .poll_interval
-                    .map_or(DEFAULT_POLL_INTERVAL, |d| d.0),
-                steady_state_poll_interval: kubernetes
-                    .steady_state_poll_interval
-                    .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0),
-            }),
-            get_info: None,
-            convergence_grace_period: doc
-                .convergence_grace_period
-                .map_or(super::runtime::DEFAULT_GRACE_PERIOD, |d| d.0),
-            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
             kubernetes: Some(KubernetesRuntime {
                 namespace: kubernetes.namespace.clone(),
             }),
-            ecs: None,
-            cloud_run: None,
+            ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })
     }
 

@@ -13,9 +13,11 @@ use crate::config::ParsedDocument;
 use crate::config::schema::{
     FetchDoc, FetchModeDoc, GetInfoDoc, RetryPolicyDoc, RunnerDoc, RuntimeDoc, TaskConfigDoc,
 };
-use crate::model::{FetchTemplate, GetInfoTemplate, ParamDecl, ReleaseChannel, Runtime};
+use crate::model::{
+    FetchTemplate, GetInfoTemplate, JobTemplate, ParamDecl, ReleaseChannel, Runtime,
+};
 use vergence_model::{
-    ConfigError, FetchMode, RetryPolicy, RunnerKind, RunnerUser, RuntimeName, Source,
+    ConfigError, FetchMode, RetryPolicy, RunnerKind, RunnerSpec, RunnerUser, RuntimeName, Source,
 };
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
@@ -153,6 +155,41 @@ impl<'a> Checker<'a> {
             ecs: None,
             cloud_run: None,
         })
+    }
+
+    /// A first-class runtime whose jobs are Vergence's own (no command of
+    /// the user's): `job` on `runner` applies, and reads back as a
+    /// structured fetch at the given intervals. The caller sets its
+    /// platform's own settings.
+    pub(super) fn builtin_runtime(
+        doc: &RuntimeDoc,
+        runner: RunnerSpec,
+        job: JobTemplate,
+        poll_interval: SignedDuration,
+        steady_state_poll_interval: SignedDuration,
+    ) -> Runtime {
+        Runtime {
+            name: doc.name.clone(),
+            runner,
+            params: Vec::new(),
+            apply: job.clone(),
+            retryable_exit_codes: Vec::new(),
+            retry_policy: RetryPolicy::default(),
+            fetch: Some(FetchTemplate {
+                job,
+                mode: FetchMode::Structured,
+                poll_interval,
+                steady_state_poll_interval,
+            }),
+            get_info: None,
+            convergence_grace_period: doc
+                .convergence_grace_period
+                .map_or(DEFAULT_GRACE_PERIOD, |d| d.0),
+            require_approval_before_apply: doc.require_approval_before_apply.unwrap_or(false),
+            kubernetes: None,
+            ecs: None,
+            cloud_run: None,
+        }
     }
 
     /// Reports the keys of `doc` a first-class runtime (`a {what}`, which
