@@ -13,7 +13,7 @@ use jiff::SignedDuration;
 use tokio::process::Command;
 use vergence_container::env;
 use vergence_model::ports::ArtifactStore;
-use vergence_model::{JobRecord, SecretRef};
+use vergence_model::{JobRecord, SecretMask, SecretRef};
 
 use crate::artifacts::JobFiles;
 use crate::container::{self, Container, ContainerRun};
@@ -34,6 +34,8 @@ pub(crate) struct Prepared {
     /// Held so the inputs exist until the job ends, and the outputs can be
     /// read after.
     pub(crate) files: JobFiles,
+    /// The secret values handed to the job, masked in what it prints.
+    pub(crate) secrets: SecretMask,
 }
 
 impl Prepared {
@@ -50,6 +52,7 @@ impl Prepared {
         let timeout = positive_timeout(job.spec.timeout)?;
         let (root, dir) = working_dir(job).await?;
         let secrets = resolve_secrets(&job.spec.secret_env)?;
+        let mask = SecretMask::new(secrets.iter().map(|(_, value)| value.to_string_lossy()));
         let (starter, mut command, container, files) = match &job.spec.image {
             None => {
                 let files = JobFiles::create(&job.inputs, artifacts, false).await?;
@@ -92,6 +95,7 @@ impl Prepared {
             timeout,
             container,
             files,
+            secrets: mask,
         })
     }
 }

@@ -104,6 +104,7 @@ async fn run(
     if let Some(message) = engine_failure(container, &ended, &stderr) {
         let mut result = JobResult::not_started(message, Timestamp::now());
         result.duration_ms = duration_ms;
+        result.mask(&prepared.secrets);
         return result;
     }
     let mut notes = Vec::new();
@@ -116,7 +117,7 @@ async fn run(
         &mut notes,
     )
     .await;
-    JobResult {
+    let mut result = JobResult {
         outcome,
         exit_code,
         stdout: head_text(&stdout, JobResult::MAX_STDOUT),
@@ -124,7 +125,9 @@ async fn run(
         duration_ms,
         outputs,
         finished_at: Timestamp::now(),
-    }
+    };
+    result.mask(&prepared.secrets);
+    result
 }
 
 /// Why the container never ran, when its engine says it failed itself.

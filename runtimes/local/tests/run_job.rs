@@ -203,6 +203,33 @@ async fn passes_secrets_from_the_runner_environment() {
 }
 
 #[tokio::test]
+async fn a_secret_the_job_prints_is_masked_in_its_result() {
+    let root = tempfile::tempdir().unwrap();
+    script(
+        root.path(),
+        "leak.sh",
+        "echo \"token is $DEPLOY_TOKEN\"\necho \"Error: auth with $DEPLOY_TOKEN refused\" >&2\nexit 1",
+    );
+    // The secret comes from a variable every test process has (see above).
+    let secret = std::env::var("PATH").unwrap();
+    let mut job = job(root.path(), &["./leak.sh"]);
+    job.spec
+        .secret_env
+        .insert("DEPLOY_TOKEN".into(), SecretRef::FromEnv("PATH".into()));
+
+    let result = run_job(&job, artifacts().as_ref()).await;
+
+    assert!(result.exited_with(1), "{result:?}");
+    assert_eq!(result.stdout, "token is ***\n");
+    assert!(
+        result.stderr_tail.contains("auth with *** refused"),
+        "{result:?}"
+    );
+    assert!(!format!("{result:?}").contains(&secret));
+    assert!(!result.describe().contains(&secret));
+}
+
+#[tokio::test]
 async fn a_missing_secret_stops_the_job_before_it_starts() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "secret.sh", "touch ran");

@@ -116,7 +116,7 @@ impl Decider<'_> {
 
     fn set_status(&mut self, status: Status, reason: impl Into<String>, wait: Option<WaitCause>) {
         self.state.status = status;
-        self.state.reason = reason.into();
+        self.state.reason = vergence_model::text::sentence(reason);
         self.state.wait = wait;
     }
 

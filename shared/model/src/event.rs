@@ -164,7 +164,7 @@ impl Event {
             release_channel: Some(key.release_channel.clone()),
             actor: actor.into(),
             kind,
-            message: message.into(),
+            message: crate::text::sentence(message),
         }
     }
 

@@ -240,6 +240,23 @@ impl JobResult {
         )
     }
 
+    /// Replaces the job's known secret values in everything it printed and
+    /// in the runner's messages, before the result is stored or shown.
+    pub fn mask(&mut self, secrets: &crate::SecretMask) {
+        if secrets.is_empty() {
+            return;
+        }
+        secrets.apply_in_place(&mut self.stdout);
+        secrets.apply_in_place(&mut self.stderr_tail);
+        match &mut self.outcome {
+            JobOutcome::NotStarted { message } | JobOutcome::PlatformFailed { message } => {
+                secrets.apply_in_place(message);
+            }
+            JobOutcome::Stopped { reason } => secrets.apply_in_place(reason),
+            JobOutcome::Exited | JobOutcome::TimedOut | JobOutcome::Lost => {}
+        }
+    }
+
     /// True when the process ran and exited with `code`.
     pub fn exited_with(&self, code: i32) -> bool {
         self.outcome == JobOutcome::Exited && self.exit_code == Some(code)
@@ -362,6 +379,14 @@ impl JobRecord {
         match &self.state {
             JobState::Finished { result } => Some(result),
             _ => None,
+        }
+    }
+
+    /// Where the runner said the job runs, once it said.
+    pub fn handle(&self) -> Option<&JobHandle> {
+        match &self.state {
+            JobState::Dispatched { handle, .. } => handle.as_ref(),
+            JobState::Created | JobState::Finished { .. } => None,
         }
     }
 

@@ -29,7 +29,9 @@ pub mod policy;
 pub mod ports;
 pub mod release;
 pub mod runner;
+pub mod secrets;
 pub mod terraform;
+pub mod text;
 pub mod token;
 pub mod window;
 
@@ -48,5 +50,6 @@ pub use names::*;
 pub use policy::*;
 pub use release::*;
 pub use runner::*;
+pub use secrets::SecretMask;
 pub use token::*;
 pub use window::*;

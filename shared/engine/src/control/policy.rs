@@ -358,14 +358,14 @@ impl Control {
             .update_instance(key, |r| {
                 let from = r.state.status;
                 r.state.status = vergence_model::Status::Failed;
-                r.state.reason = match failure {
+                r.state.reason = vergence_model::text::sentence(match failure {
                     StepFailure::GaveUp => format!(
                         "Vergence gave up stepping this instance after repeated failures: {error}"
                     ),
                     StepFailure::Permanent => {
                         format!("Vergence cannot step this instance: {error}")
                     }
-                };
+                });
                 r.state.since = Some(now);
                 vec![Event::for_instance(
                     &r.key,

@@ -245,6 +245,7 @@ impl Decider<'_> {
     /// Counts a failed attempt against the retry policy: wait and retry, or
     /// give up on this version.
     pub(super) fn count_failure(&mut self, spec: &CompiledInstance, failure: String) {
+        let failure = vergence_model::text::sentence(failure);
         let policy = spec.apply.retry_policy;
         let now = self.now;
         let target = self.target();
@@ -277,6 +278,8 @@ impl Decider<'_> {
         } else {
             fetch::interpret(fetch.mode, result, &flight.version)
         };
+        // One clause per fetched object can make it any size.
+        let summary = vergence_model::text::sentence(summary);
         let previous = self.state.last_fetch.as_ref().map(|o| o.verdict);
         let previous_plan = self.state.plan.as_ref().map(|p| p.sha256.clone());
         self.state.last_fetch = Some(FetchObservation {

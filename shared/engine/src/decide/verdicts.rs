@@ -164,11 +164,11 @@ impl Decider<'_> {
                 self.set_status(Status::RolledBack, reason, Some(WaitCause::Release));
             }
             rollback::Shown::Failed { reason } | rollback::Shown::Held { reason } => {
-                self.state.reason = reason;
+                self.state.reason = vergence_model::text::sentence(reason);
             }
             rollback::Shown::RollingBack { reason } => {
                 self.state.status = Status::RollingBack;
-                self.state.reason = reason;
+                self.state.reason = vergence_model::text::sentence(reason);
             }
         }
     }

@@ -1,0 +1,50 @@
+//! Bounds on the sentences Vergence keeps and shows. A reason or an event
+//! message is built from what a job reported (one clause per fetched
+//! object, a tool's error text) and is copied into the instance, its
+//! events, `status`, `explain` and the API: without a bound, one runtime
+//! printing a huge report makes every one of those huge.
+
+/// The most characters kept of an instance's reason or an event's message.
+pub const MAX_SENTENCE_CHARS: usize = 2_000;
+
+/// `text` cut to at most `max` characters (never inside one), saying how
+/// much was left out. Text within the bound is returned as it is.
+pub fn clip(text: String, max: usize) -> String {
+    let Some((cut, _)) = text.char_indices().nth(max) else {
+        return text;
+    };
+    let dropped = text[cut..].chars().count();
+    let mut kept = text;
+    kept.truncate(cut);
+    kept.push_str(&format!("… ({dropped} more characters)"));
+    kept
+}
+
+/// [`clip`] at [`MAX_SENTENCE_CHARS`].
+pub fn sentence(text: impl Into<String>) -> String {
+    clip(text.into(), MAX_SENTENCE_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept_as_it_is() {
+        assert_eq!(clip("abc".into(), 3), "abc");
+        assert_eq!(sentence("waiting for approval"), "waiting for approval");
+    }
+
+    #[test]
+    fn long_text_is_cut_and_says_how_much_was_left_out() {
+        assert_eq!(clip("abcdef".into(), 2), "ab… (4 more characters)");
+        let long = sentence("x".repeat(244_924));
+        assert!(long.starts_with(&"x".repeat(MAX_SENTENCE_CHARS)));
+        assert!(long.ends_with("… (242924 more characters)"), "{long}");
+    }
+
+    #[test]
+    fn never_cuts_inside_a_character() {
+        assert_eq!(clip("ééé".into(), 1), "é… (2 more characters)");
+    }
+}
