@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{debug, info};
 
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
@@ -98,12 +98,34 @@ impl Control {
         bundle: ConfigBundle,
         actor: &str,
     ) -> Result<ApplyReport> {
+        // Two pushes at once (two `vergence up` on one state, or CI runs
+        // racing) each see the pointer the other moved: the loser applies
+        // again from what is there now, which is idempotent, and finds
+        // nothing left to do when both pushed the same config.
+        let mut attempts = 0;
+        loop {
+            match self.apply_compiled_once(&model, &bundle, actor).await {
+                Err(Error::Conflict { what }) if attempts + 1 < MAX_CONFLICT_RETRIES => {
+                    attempts += 1;
+                    debug!(%what, attempts, "config push lost a race; applying again");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn apply_compiled_once(
+        &self,
+        model: &Arc<dyn CompiledConfig>,
+        bundle: &ConfigBundle,
+        actor: &str,
+    ) -> Result<ApplyReport> {
         let now = self.clock.now();
         let current = self.store.current_config().await?;
         self.store
             .put_snapshot(&ConfigSnapshot {
                 hash: model.hash().to_owned(),
-                bundle,
+                bundle: bundle.clone(),
                 created_at: now,
                 actor: actor.to_owned(),
             })
@@ -113,7 +135,7 @@ impl Control {
         let report = self.apply_diffs(diffs, model.hash(), actor).await?;
         self.point_at(model.as_ref(), current, &report, actor, now)
             .await?;
-        self.remember(&model);
+        self.remember(model);
         let touched: Vec<InstanceKey> = report
             .added
             .iter()
