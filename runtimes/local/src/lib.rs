@@ -10,6 +10,7 @@ mod capture;
 mod container;
 mod engine;
 mod group;
+mod owner;
 mod prepare;
 mod process;
 mod running;
@@ -30,6 +31,7 @@ pub use engine::{ContainerEngine, UnknownContainerEngine};
 pub use process::run_job;
 
 use engine::EngineLookup;
+use owner::{Liveness, Owner};
 use running::{Registration, RunningJobs};
 
 /// How long [`Runner::stop`] waits for a job to end: SIGTERM's grace, then
@@ -43,7 +45,15 @@ pub struct LocalRunner {
     mode: Mode,
     engines: Arc<EngineLookup>,
     running: Arc<RunningJobs>,
+    /// This process, named in the handles of the jobs it runs.
+    me: Owner,
+    /// Results the sink could not record (a full disk, a store gone away),
+    /// kept to be handed over when the engine asks for the job: what ran
+    /// is never forgotten while this process lives.
+    unrecorded: Arc<Unrecorded>,
 }
+
+type Unrecorded = std::sync::Mutex<std::collections::HashMap<vergence_model::JobId, JobResult>>;
 
 enum Mode {
     /// Jobs run in spawned tasks, at most as many at once as the semaphore
@@ -88,6 +98,8 @@ impl LocalRunner {
             mode,
             engines: Arc::default(),
             running: Arc::default(),
+            me: Owner::this_process(),
+            unrecorded: Arc::default(),
         }
     }
 
@@ -148,13 +160,15 @@ impl Runner for LocalRunner {
                     &mut registration.stop,
                 )
                 .await;
-                deliver(self.sink.as_ref(), job, result).await;
+                deliver(self.sink.as_ref(), &self.unrecorded, job, result).await;
+                Ok(None)
             }
             Mode::Background(semaphore) => {
                 let semaphore = Arc::clone(semaphore);
                 let sink = Arc::clone(&self.sink);
                 let artifacts = Arc::clone(&self.artifacts);
                 let engines = Arc::clone(&self.engines);
+                let unrecorded = Arc::clone(&self.unrecorded);
                 let job = job.clone();
                 tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
                 tokio::spawn(async move {
@@ -165,24 +179,41 @@ impl Runner for LocalRunner {
                         }
                         Err(stopped) => stopped,
                     };
-                    deliver(sink.as_ref(), &job, result).await;
+                    deliver(sink.as_ref(), &unrecorded, &job, result).await;
                     // Only now: until the result is recorded, the job runs.
                     drop(registration);
                 });
+                // Names this process, so that another one sharing the state
+                // knows where the job runs and when it never will report.
+                Ok(Some(self.me.handle()))
             }
         }
-        Ok(None)
     }
 
     /// `Running` for a job this runner has in hand (queued or running);
     /// `Unknown` otherwise: its result was delivered, or it ran in another
     /// process.
     async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
-        Ok(if self.running.contains(&job.id) {
-            JobProgress::Running
-        } else {
-            JobProgress::Unknown
-        })
+        if let Some(result) = lock(&self.unrecorded).get(&job.id) {
+            return Ok(JobProgress::Finished(result.clone()));
+        }
+        if self.running.contains(&job.id) {
+            return Ok(JobProgress::Running);
+        }
+        let Some(owner) = job.handle().and_then(Owner::parse) else {
+            return Ok(JobProgress::Unknown);
+        };
+        if owner.liveness(&self.me) != Liveness::Gone {
+            return Ok(JobProgress::Unknown);
+        }
+        if !owner::job_processes(&job.id).is_empty() {
+            // Still running with no one to report it: waited for until it
+            // ends (then lost at once), or until its deadline has `stop`
+            // end its processes. Running, not unknown, so the deadline
+            // applies: an unknown job is only given up much later.
+            return Ok(JobProgress::Running);
+        }
+        Ok(JobProgress::Finished(lost_with(&owner)))
     }
 
     /// Ends the job (SIGTERM, then SIGKILL after a grace period; `docker
@@ -190,11 +221,62 @@ impl Runner for LocalRunner {
     /// [`JobOutcome::Stopped`] with `reason` — was delivered. A job this
     /// runner does not have in hand is left alone.
     async fn stop(&self, job: &JobRecord, reason: &str) -> Result<()> {
-        if !self.running.stop(&job.id, reason, STOP_WAIT).await {
+        if self.running.stop(&job.id, reason, STOP_WAIT).await {
+            return Ok(());
+        }
+        // A job whose process died without it keeps running unwatched.
+        let orphaned = job
+            .handle()
+            .and_then(Owner::parse)
+            .is_some_and(|owner| owner.liveness(&self.me) == Liveness::Gone);
+        if orphaned {
+            let ended = owner::end_orphans(&job.id, group::TERM_GRACE).await;
+            tracing::info!(job = %job.id, processes = ended, "ended the processes of a job whose vergence process is gone");
+        } else {
             tracing::debug!(job = %job.id, "asked to stop a job that is not running here");
         }
         Ok(())
     }
+}
+
+/// How a [`LocalRunner`] ends when its process is asked to stop.
+impl LocalRunner {
+    /// Jobs in hand, queued or running.
+    pub fn in_hand(&self) -> usize {
+        self.running.len()
+    }
+
+    /// No queued job starts any more: each ends as stopped with `reason`.
+    /// Jobs already running go on.
+    pub fn close(&self, reason: &str) {
+        if let Mode::Background(semaphore) = &self.mode {
+            self.running.set_closed_reason(reason);
+            semaphore.close();
+        }
+    }
+
+    /// Resolves once every job in hand has ended and its result was handed
+    /// to the sink.
+    pub async fn finished(&self) {
+        self.running.empty().await;
+    }
+
+    /// Stops every job in hand (SIGTERM, then SIGKILL after a grace
+    /// period) and waits until their results, stopped with `reason`, were
+    /// handed to the sink. Returns how many there were.
+    pub async fn stop_all(&self, reason: &str) -> usize {
+        self.running.stop_all(reason, STOP_WAIT).await
+    }
+}
+
+/// The result of a job whose process ended before recording it.
+fn lost_with(owner: &Owner) -> JobResult {
+    let mut result = JobResult::without_output(JobOutcome::Lost, Timestamp::now());
+    result.stderr_tail = format!(
+        "the vergence process that ran it (pid {}) ended before recording its result: it was killed or crashed, and the job's processes are gone\n",
+        owner.pid()
+    );
+    result
 }
 
 /// Waits for a permit to run; a job stopped while it waits never starts.
@@ -205,7 +287,11 @@ async fn wait_turn(
     tokio::select! {
         // The semaphore is never closed, so acquiring cannot fail; were it
         // to, running without a permit beats losing the job.
-        permit = semaphore.acquire_owned() => Ok(permit.ok()),
+        // Closed: the process is shutting down and starts nothing new.
+        permit = semaphore.acquire_owned() => permit.map(Some).map_err(|_closed| {
+            let reason = registration.closed_reason();
+            JobResult::without_output(JobOutcome::Stopped { reason }, Timestamp::now())
+        }),
         reason = registration.stop.requested() => Err(JobResult::without_output(
             JobOutcome::Stopped { reason },
             Timestamp::now(),
@@ -213,10 +299,26 @@ async fn wait_turn(
     }
 }
 
-/// Hands a result to the sink. A failure is logged, not returned: the job
-/// has run, and a job that is never reported is found again as lost.
-async fn deliver(sink: &dyn JobResultSink, job: &JobRecord, result: JobResult) {
-    if let Err(e) = sink.job_finished(job, result).await {
-        tracing::warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record a local job's result");
+/// Hands a result to the sink. A failure is logged and the result kept
+/// for [`Runner::poll`]: the job has run, and the engine records the
+/// result itself when it next asks (or fails saying why).
+async fn deliver(
+    sink: &dyn JobResultSink,
+    unrecorded: &Unrecorded,
+    job: &JobRecord,
+    result: JobResult,
+) {
+    if let Err(e) = sink.job_finished(job, result.clone()).await {
+        tracing::warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record a local job's result; kept until the engine asks for it");
+        lock(unrecorded).insert(job.id.clone(), result);
     }
+}
+
+fn lock(
+    unrecorded: &Unrecorded,
+) -> std::sync::MutexGuard<'_, std::collections::HashMap<vergence_model::JobId, JobResult>> {
+    // A panic while holding the lock leaves a map that is still whole.
+    unrecorded
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -12,9 +12,23 @@ use vergence_model::JobId;
 /// Asks a job to stop: `Some(reason)` once asked.
 type StopSender = watch::Sender<Option<String>>;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RunningJobs {
     jobs: Mutex<HashMap<JobId, Arc<StopSender>>>,
+    /// How many jobs are in hand, for [`RunningJobs::empty`].
+    count: watch::Sender<usize>,
+    /// Why jobs that had not started when the runner closed never will.
+    closed: Mutex<Option<String>>,
+}
+
+impl Default for RunningJobs {
+    fn default() -> Self {
+        Self {
+            jobs: Mutex::default(),
+            count: watch::Sender::new(0),
+            closed: Mutex::default(),
+        }
+    }
 }
 
 impl RunningJobs {
@@ -26,6 +40,7 @@ impl RunningJobs {
         }
         let (sender, receiver) = watch::channel(None);
         jobs.insert(id.clone(), Arc::new(sender));
+        self.count.send_replace(jobs.len());
         Some(Registration {
             jobs: Arc::clone(self),
             id: id.clone(),
@@ -37,19 +52,46 @@ impl RunningJobs {
         self.lock().contains_key(id)
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Resolves once no job is in hand.
+    pub(crate) async fn empty(&self) {
+        let mut count = self.count.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = count.wait_for(|n| *n == 0).await;
+    }
+
+    pub(crate) fn set_closed_reason(&self, reason: &str) {
+        *self.closed.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.to_owned());
+    }
+
+    /// Asks every job in hand to stop with `reason`, then waits up to
+    /// `within` for all of them to end. Returns how many there were.
+    pub(crate) async fn stop_all(&self, reason: &str, within: Duration) -> usize {
+        let senders: Vec<Arc<StopSender>> = self.lock().values().cloned().collect();
+        for sender in &senders {
+            ask_to_stop(sender, reason);
+        }
+        let all_closed = async {
+            for sender in &senders {
+                sender.closed().await;
+            }
+        };
+        if tokio::time::timeout(within, all_closed).await.is_err() {
+            tracing::warn!("stopped jobs have not all ended yet");
+        }
+        senders.len()
+    }
+
     /// Asks the job to stop (the first reason given is kept) and waits up to
     /// `within` for it to end. Returns whether it was in hand.
     pub(crate) async fn stop(&self, id: &JobId, reason: &str, within: Duration) -> bool {
         let Some(sender) = self.lock().get(id).cloned() else {
             return false;
         };
-        sender.send_if_modified(|stop| {
-            let first = stop.is_none();
-            if first {
-                *stop = Some(reason.to_owned());
-            }
-            first
-        });
+        ask_to_stop(&sender, reason);
         // The job drops its receiver once its result was delivered.
         if tokio::time::timeout(within, sender.closed()).await.is_err() {
             tracing::warn!(job = %id, "a stopped job has not ended yet; its result comes later");
@@ -63,6 +105,18 @@ impl RunningJobs {
     }
 }
 
+/// Hands `reason` to the job unless it was asked before (the first reason
+/// is kept).
+fn ask_to_stop(sender: &StopSender, reason: &str) {
+    sender.send_if_modified(|stop| {
+        let first = stop.is_none();
+        if first {
+            *stop = Some(reason.to_owned());
+        }
+        first
+    });
+}
+
 /// A job in hand; dropping it (once the job's result was delivered, or the
 /// job abandoned) takes the job out of the registry.
 #[derive(Debug)]
@@ -72,9 +126,23 @@ pub(crate) struct Registration {
     pub(crate) stop: StopSignal,
 }
 
+impl Registration {
+    /// Why the runner closed before this job started.
+    pub(crate) fn closed_reason(&self) -> String {
+        self.jobs
+            .closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "vergence is shutting down".to_owned())
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.jobs.lock().remove(&self.id);
+        let mut jobs = self.jobs.lock();
+        jobs.remove(&self.id);
+        self.jobs.count.send_replace(jobs.len());
     }
 }
 

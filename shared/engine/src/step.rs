@@ -377,15 +377,23 @@ impl JobCompletion {
 #[async_trait]
 impl JobResultSink for JobCompletion {
     async fn job_finished(&self, job: &JobRecord, result: JobResult) -> Result<()> {
-        if self.store.finish_job(&job.id, &result).await? {
-            self.queue
-                .enqueue(&[WorkItem {
-                    instance: job.instance.clone(),
-                    not_before: self.clock.now(),
-                }])
-                .await?;
+        let step_now = [WorkItem {
+            instance: job.instance.clone(),
+            not_before: self.clock.now(),
+        }];
+        match self.store.finish_job(&job.id, &result).await {
+            Ok(true) => self.queue.enqueue(&step_now).await,
+            Ok(false) => Ok(()),
+            Err(e) => {
+                // Stepped anyway: the step asks the runner, which keeps
+                // the result, and records it or fails saying why, instead
+                // of the instance waiting for the job's deadline.
+                if let Err(queue) = self.queue.enqueue(&step_now).await {
+                    warn!(job = %job.id, error = %queue, "cannot ask for a step after failing to record a result");
+                }
+                Err(e)
+            }
         }
-        Ok(())
     }
 }
 
