@@ -13,7 +13,7 @@ use tracing::warn;
 
 use vergence_engine::{Engine, Settled, StepReport, enqueue_due, settled};
 use vergence_model::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
-use vergence_model::{Event, InstanceKey};
+use vergence_model::{Event, InstanceKey, JobId, JobRecord, JobState};
 
 use crate::queue::LocalQueue;
 
@@ -39,6 +39,11 @@ pub trait Progress: Send + Sync {
     /// The events one step recorded, in order.
     fn events(&self, events: &[Event]);
     fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error);
+    /// `key` waits on a job another process started (another `vergence
+    /// up`, `up --watch` or `serve` on the same state); said once per job.
+    fn held_elsewhere(&self, key: &InstanceKey, job: &JobRecord) {
+        let _ = (key, job);
+    }
 }
 
 /// Runs the engine over the embedded adapters.
@@ -86,6 +91,10 @@ impl Driver {
         let mut steps: JoinSet<(InstanceKey, vergence_model::Result<StepReport>)> = JoinSet::new();
         let mut running: HashSet<InstanceKey> = HashSet::new();
         let mut again: HashSet<InstanceKey> = HashSet::new();
+        // Jobs this driver's steps dispatched, and jobs of others it told
+        // about, so each is said once.
+        let mut mine: HashSet<JobId> = HashSet::new();
+        let mut told: HashSet<JobId> = HashSet::new();
         let mut poll = tokio::time::interval(STORE_POLL);
         tokio::pin!(shutdown);
         loop {
@@ -119,12 +128,20 @@ impl Driver {
                         }
                     };
                     running.remove(&key);
+                    if let Ok(report) = &result {
+                        mine.extend(report.dispatched.iter().cloned());
+                    }
                     self.after_step(&key, result, &mut state, progress.as_ref()).await?;
                     if again.remove(&key) {
                         self.queue.enqueue(&[WorkItem { instance: key, not_before: self.clock.now() }]).await?;
                     }
                 }
-                _ = poll.tick() => self.enqueue_due().await?,
+                _ = poll.tick() => {
+                    self.enqueue_due().await?;
+                    if mode == DriveMode::UntilSettled && steps.is_empty() {
+                        self.refresh(&mut state, &mine, &mut told, progress.as_ref()).await?;
+                    }
+                }
             }
         }
     }
@@ -150,6 +167,49 @@ impl Driver {
         Ok(state)
     }
 
+    /// Reads where every instance stands again. Another process sharing
+    /// the state (a second `up`, a `serve`) may have finished what this one
+    /// waits for without this one stepping it: the instance's next check
+    /// can be an hour away, or the job's deadline. An instance waiting on
+    /// another process's job is stepped, so its runner is asked about the
+    /// job: a process that died without reporting is found out at once.
+    /// Only while idle, so a busy run does not read the whole state every
+    /// poll.
+    async fn refresh(
+        &self,
+        state: &mut BTreeMap<InstanceKey, Settled>,
+        mine: &HashSet<JobId>,
+        told: &mut HashSet<JobId>,
+        progress: &dyn Progress,
+    ) -> vergence_model::Result<()> {
+        let records = self
+            .store
+            .list_instances(&InstanceFilter::default())
+            .await?;
+        state.clear();
+        let mut ask = Vec::new();
+        for record in records {
+            let now = settled(&record);
+            if now == Settled::Progressing
+                && let Some(flight) = &record.state.in_flight
+                && !mine.contains(&flight.job_id)
+                && let Some(job) = self.store.get_job(&flight.job_id).await?
+                && matches!(job.state, JobState::Dispatched { .. })
+            {
+                if told.insert(job.id.clone()) {
+                    progress.held_elsewhere(&record.key, &job);
+                }
+                ask.push(WorkItem {
+                    instance: record.key.clone(),
+                    not_before: self.clock.now(),
+                });
+            }
+            state.insert(record.key, now);
+        }
+        self.queue.enqueue(&ask).await?;
+        Ok(())
+    }
+
     async fn after_step(
         &self,
         key: &InstanceKey,
@@ -167,6 +227,14 @@ impl Driver {
                     None => state.remove(key),
                 };
             }
+            // The state cannot be written at all (a full disk, a read-only
+            // or damaged file): every step would fail the same way, so the
+            // run ends with the error instead of retrying forever.
+            Err(
+                e @ vergence_model::Error::Store {
+                    retryable: false, ..
+                },
+            ) => return Err(e),
             Err(e) => {
                 progress.step_failed(key, &e);
                 // Retry soon; a persistent failure shows up on every attempt.
