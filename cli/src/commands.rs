@@ -24,6 +24,7 @@ use crate::args::{
     PinArgs, ReleaseArgs, RollbackArgs, ScopeArgs, StatusArgs, UpArgs,
 };
 use crate::output;
+use crate::shutdown::{self, Signals, Stop};
 
 /// Exit codes of `vergence up` (a contract for scripts).
 pub const EXIT_FAILED: u8 = 2;
@@ -139,6 +140,19 @@ impl Progress for LiveProgress {
     fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error) {
         eprintln!("warning: step of {key} failed: {error}; retrying");
     }
+
+    fn held_elsewhere(&self, key: &InstanceKey, job: &vergence_model::JobRecord) {
+        let held_by = job
+            .handle()
+            .map_or_else(|| "another process".to_owned(), |h| h.to_string());
+        let mine = format!(";pid={};", std::process::id());
+        if !held_by.contains(&mine) {
+            println!(
+                "{key}: waiting for its {} job {}, started by another vergence process ({held_by}); its result is taken up here once recorded",
+                job.kind, job.id
+            );
+        }
+    }
 }
 
 pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
@@ -164,31 +178,41 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         .request_checks(&InstanceFilter::default(), &actor)
         .await?;
 
-    let driver = local_driver(&local, &args.runners, "`vergence up`", false);
+    let (driver, local_runner) = local_driver(&local, &args.runners, "`vergence up`", false);
     let mode = if args.watch {
         DriveMode::Forever
     } else {
         DriveMode::UntilSettled
     };
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let shutdown = {
-        let interrupted = interrupted.clone();
-        async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
+    let mut signals = Signals::install()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let shutdown = async {
+        let stop = signals.next().await;
+        let _ = stop_tx.send(stop);
     };
-    driver.run(mode, Arc::new(LiveProgress), shutdown).await?;
+    if let Err(e) = driver.run(mode, Arc::new(LiveProgress), shutdown).await {
+        // No job is left running unwatched behind an error.
+        local_runner.close("`vergence up` stopped on an error before the job started");
+        local_runner
+            .stop_all(&format!("`vergence up` stopped on an error: {e}"))
+            .await;
+        return Err(e.into());
+    }
+    let stopped = match stop_rx.await {
+        Ok(stop) => {
+            let said =
+                shutdown::wind_down(&local_runner, stop, &mut signals, "`vergence up`").await;
+            Some((stop, said))
+        }
+        Err(_) => None,
+    };
 
     let records = local.control.status(&InstanceFilter::default()).await?;
     println!();
     output::status_table(&mut std::io::stdout().lock(), &records)?;
-    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-        eprintln!(
-            "interrupted; jobs already started keep running and are picked up by the next `vergence up`"
-        );
-        return Ok(130);
+    if let Some((stop, said)) = stopped {
+        eprintln!("{said}");
+        return Ok(stop.exit_code());
     }
     Ok(up_exit_code(records.iter().map(|r| r.state.status)))
 }
@@ -543,7 +567,7 @@ fn local_driver(
     runners: &crate::args::RunnerArgs,
     deployment: &str,
     agents: bool,
-) -> Driver {
+) -> (Driver, Arc<LocalRunner>) {
     let max_jobs = runners.max_jobs;
     let sink = Arc::new(JobCompletion::new(
         local.store.clone(),
@@ -557,7 +581,7 @@ fn local_driver(
     let mut runners = crate::runners::router(
         runners,
         deployment,
-        local_runner,
+        local_runner.clone(),
         local.artifacts.clone(),
         sink,
     );
@@ -574,38 +598,14 @@ fn local_driver(
         local.clock.clone(),
     )
     .with_artifacts(local.artifacts.clone());
-    Driver::new(
+    let driver = Driver::new(
         engine,
         local.store.clone(),
         local.queue.clone(),
         local.clock.clone(),
         max_jobs.max(4),
-    )
-}
-
-/// Resolves on Ctrl-C or SIGTERM (how service managers stop a server).
-async fn stop_requested() {
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            // No handler could be installed: only SIGTERM stops us.
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
+    );
+    (driver, local_runner)
 }
 
 /// `vergence serve`: the HTTP API over the local state, and the engine
@@ -642,7 +642,8 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         )
         .with_agents(Arc::new(agent_jobs)),
     );
-    let driver = local_driver(&local, &args.runners, "`vergence serve`", true);
+    let (driver, local_runner) = local_driver(&local, &args.runners, "`vergence serve`", true);
+    let mut signals = Signals::install()?;
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(
@@ -657,11 +658,12 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let signal = async {
-        tokio::select! {
-            () = stop_requested() => {}
-            () = wait_for_stop(stopped.clone()) => {}
-        }
+        let received = tokio::select! {
+            received = signals.next() => Some(received),
+            () = wait_for_stop(stopped.clone()) => None,
+        };
         stop.send_replace(true);
+        received
     };
     let serving = async {
         let result = axum::serve(listener, api)
@@ -683,12 +685,18 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         stop.send_replace(true);
         result
     };
-    let ((), served, driven) = tokio::join!(signal, serving, driving);
+    let (received, served, driven) = tokio::join!(signal, serving, driving);
+    // Whatever stopped the server, the jobs it started end recorded.
+    let said = shutdown::wind_down(
+        &local_runner,
+        received.unwrap_or(Stop::Terminate),
+        &mut signals,
+        "`vergence serve`",
+    )
+    .await;
+    eprintln!("{said}");
     served?;
     driven?;
-    eprintln!(
-        "stopped; jobs already started keep running and are picked up by the next `vergence serve` or `vergence up`"
-    );
     Ok(0)
 }
 

@@ -6,6 +6,7 @@ mod commands;
 mod output;
 mod remote;
 mod runners;
+mod shutdown;
 
 use std::process::ExitCode;
 
@@ -70,11 +71,28 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            // One line: the error and its causes.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line. Many errors already end with
+/// their cause's text (`cannot open X: Not a directory`); a cause said
+/// that way is not said again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn init_tracing(verbose: u8) {
@@ -89,4 +107,44 @@ fn init_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// An error that says its cause, as thiserror's `{source}` does.
+    #[derive(Debug)]
+    struct Open(std::io::Error);
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open the state store state.db: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let io = || std::io::Error::from_raw_os_error(20);
+        let error = anyhow::Error::new(Open(io())).context("vergence status");
+        assert_eq!(
+            one_line(&error),
+            format!(
+                "vergence status: cannot open the state store state.db: {}",
+                io()
+            )
+        );
+    }
+
+    #[test]
+    fn causes_not_in_the_message_are_added() {
+        let error = anyhow::anyhow!("no such file").context("reading config.yaml");
+        assert_eq!(one_line(&error), "reading config.yaml: no such file");
+    }
 }
