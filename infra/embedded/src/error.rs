@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum EmbeddedError {
     #[error("cannot create {path}: {source}")]
-    CreateDir {
+    Create {
         path: String,
         #[source]
         source: std::io::Error,
@@ -18,6 +18,13 @@ pub enum EmbeddedError {
         path: String,
         #[source]
         source: rusqlite::Error,
+    },
+    #[error(
+        "{operation}: the state file {path} is read-only: it can be read (status, events, explain) but not changed; make it writable to run this command"
+    )]
+    ReadOnly {
+        operation: &'static str,
+        path: String,
     },
     #[error("{operation}: {source}")]
     Sql {
@@ -67,9 +74,10 @@ impl EmbeddedError {
     fn operation(&self) -> &'static str {
         match self {
             EmbeddedError::Sql { operation, .. }
+            | EmbeddedError::ReadOnly { operation, .. }
             | EmbeddedError::Encode { operation, .. }
             | EmbeddedError::Decode { operation, .. } => operation,
-            EmbeddedError::CreateDir { .. }
+            EmbeddedError::Create { .. }
             | EmbeddedError::Open { .. }
             | EmbeddedError::EmptyState { .. } => "open",
             EmbeddedError::Conflict { .. } | EmbeddedError::Corrupt { .. } => "read",

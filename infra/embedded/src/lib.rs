@@ -13,7 +13,7 @@ pub use artifacts::DirArtifactStore;
 pub use driver::{DriveMode, Driver, Progress};
 pub use error::EmbeddedError;
 pub use queue::LocalQueue;
-pub use sqlite::SqliteStore;
+pub use sqlite::{FINISHED_JOBS_KEPT, SqliteStore};
 
 #[cfg(test)]
 mod conformance {

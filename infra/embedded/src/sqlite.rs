@@ -11,7 +11,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use jiff::Timestamp;
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -60,6 +62,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     state TEXT NOT NULL,
     body TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS jobs_instance ON jobs (instance);
 CREATE TABLE IF NOT EXISTS releases (
     application TEXT NOT NULL,
     service TEXT NOT NULL,
@@ -111,6 +114,8 @@ CREATE INDEX IF NOT EXISTS agent_work_age ON agent_work (agent, created_at);
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// The path, when the file was opened read-only.
+    read_only: Option<String>,
 }
 
 impl SqliteStore {
@@ -124,17 +129,57 @@ impl SqliteStore {
                 path: path.display().to_string(),
             });
         }
+        if path.is_file() && !writable(path) {
+            return Self::open_read_only(path);
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| EmbeddedError::CreateDir {
+            std::fs::create_dir_all(dir).map_err(|source| EmbeddedError::Create {
                 path: dir.display().to_string(),
                 source,
             })?;
+        }
+        if !path.exists() {
+            create(path)?;
         }
         let conn = Connection::open(path).map_err(|source| EmbeddedError::Open {
             path: path.display().to_string(),
             source,
         })?;
         Self::init(conn, &path.display().to_string())
+    }
+
+    /// A state file this process may not write (its mode, a read-only
+    /// mount, a backup kept read-only) is still read: `status`, `events`
+    /// and `explain` work, and anything that would change it fails with an
+    /// error saying why. Nothing is created or migrated.
+    fn open_read_only(path: &Path) -> std::result::Result<Self, EmbeddedError> {
+        let shown = path.display().to_string();
+        let open_error = |source| EmbeddedError::Open {
+            path: shown.clone(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(open_error)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open_error)?;
+        let conn = match probe(&conn) {
+            Ok(()) => conn,
+            // A WAL file needs its index (-shm) beside it; where that cannot
+            // be created either (a read-only folder), no process can write
+            // the state, so it is read as an immutable file.
+            Err(_) => {
+                drop(conn);
+                let uri = format!("file:{}?immutable=1", uri_path(path));
+                let conn = Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+                    .map_err(open_error)?;
+                probe(&conn).map_err(open_error)?;
+                conn
+            }
+        };
+        Ok(Self {
+            conn: Mutex::new(conn),
+            read_only: Some(shown),
+        })
     }
 
     /// A private store that lives as long as the value (for tests).
@@ -163,6 +208,7 @@ impl SqliteStore {
         })?;
         Ok(Self {
             conn: Mutex::new(conn),
+            read_only: None,
         })
     }
 
@@ -181,6 +227,13 @@ impl SqliteStore {
         operation: &'static str,
         work: impl FnOnce(&Transaction<'_>) -> std::result::Result<T, EmbeddedError>,
     ) -> Result<T> {
+        if let Some(path) = &self.read_only {
+            return Err(EmbeddedError::ReadOnly {
+                operation,
+                path: path.clone(),
+            }
+            .into());
+        }
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -189,6 +242,73 @@ impl SqliteStore {
         tx.commit().map_err(|e| EmbeddedError::sql(operation, e))?;
         Ok(value)
     }
+}
+
+/// Creates a state file at `path` whole, or leaves the one another
+/// process created first. SQLite would create an empty file and write its
+/// header later: a second process opening it in between would find an
+/// empty file, which is refused as a damaged state. So the database is
+/// made under a name of this process's own and linked into place, which
+/// fails if `path` appeared meanwhile.
+fn create(path: &Path) -> std::result::Result<(), EmbeddedError> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "state.db".into(), |n| n.to_string_lossy().into_owned());
+    let fresh = path.with_file_name(format!(".{name}.{}.new", std::process::id()));
+    let open_error = |source| EmbeddedError::Open {
+        path: fresh.display().to_string(),
+        source,
+    };
+    let _ = std::fs::remove_file(&fresh);
+    let conn = Connection::open(&fresh).map_err(open_error)?;
+    // Closing checkpoints the WAL into the file and removes it.
+    SqliteStore::init(conn, &fresh.display().to_string())?;
+    let placed = match std::fs::hard_link(&fresh, path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        // A file system without hard links: a rename, which could only
+        // replace a file created in the last instant.
+        Err(_) if !path.exists() => std::fs::rename(&fresh, path),
+        other => other,
+    };
+    let _ = std::fs::remove_file(&fresh);
+    placed.map_err(|source| EmbeddedError::Create {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Whether this process may write the file at `path` (it exists).
+fn writable(path: &Path) -> bool {
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+        ),
+    }
+}
+
+/// Reads the schema: fails on a file that is not a database or cannot be
+/// read as one.
+fn probe(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|_| ())
+}
+
+/// `path` for an SQLite URI: absolute, with the characters URIs reserve
+/// escaped.
+fn uri_path(path: &Path) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut escaped = String::new();
+    for c in absolute.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => escaped.push_str(&format!("%{:02X}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 /// Brings a state file written by an earlier version up to this schema.
@@ -468,6 +588,35 @@ fn decode_instance(
     Ok(record)
 }
 
+/// Finished jobs kept per instance, newest first. Only the instance's
+/// newest job is ever read again (the one in flight, until its result is
+/// taken up); the rest stay for a look with `sqlite3`. Each keeps up to
+/// 1 MiB of output, and a fetch polled every few seconds finishes a job
+/// each time: without a bound the state file grows by gigabytes a week.
+pub const FINISHED_JOBS_KEPT: usize = 10;
+
+/// Deletes the finished jobs of `id`'s instance past [`FINISHED_JOBS_KEPT`].
+/// Jobs are ordered by rowid: SQLite hands out increasing ones as rows are
+/// inserted, and the newest job of an instance is never among those
+/// deleted, so no rowid is reused out of order.
+fn prune_finished_jobs(
+    tx: &Transaction<'_>,
+    operation: &'static str,
+    id: &JobId,
+) -> std::result::Result<(), EmbeddedError> {
+    tx.execute(
+        "DELETE FROM jobs WHERE state = 'finished'
+           AND instance = (SELECT instance FROM jobs WHERE id = ?1)
+           AND rowid NOT IN (
+             SELECT rowid FROM jobs
+              WHERE instance = (SELECT instance FROM jobs WHERE id = ?1)
+              ORDER BY rowid DESC LIMIT ?2)",
+        params![id.as_str(), FINISHED_JOBS_KEPT as i64],
+    )
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
+    Ok(())
+}
+
 fn state_name(state: &JobState) -> &'static str {
     match state {
         JobState::Created => "created",
@@ -508,6 +657,9 @@ impl SqliteStore {
                 ],
             )
             .map_err(|e| EmbeddedError::sql(operation, e))?;
+            if matches!(job.state, JobState::Finished { .. }) {
+                prune_finished_jobs(tx, operation, id)?;
+            }
             Ok(true)
         })
     }
