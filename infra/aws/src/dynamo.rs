@@ -59,6 +59,9 @@
 //!
 //! **Events** carry a `ttl` (epoch seconds) of write time plus the retention
 //! (30 days unless [`DynamoStore::with_event_retention`] says otherwise).
+//! **Ended jobs** get one of the time they ended plus the same retention
+//! (their parts: their deadline plus it), so job records, each with up to
+//! 1 MiB of output, do not pile up forever.
 
 mod agents;
 mod alerts;

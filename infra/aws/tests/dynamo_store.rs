@@ -463,3 +463,71 @@ async fn a_missing_table_is_permanent_and_an_unreachable_endpoint_is_retryable()
         .expect_err("no server");
     assert!(error.is_retryable(), "{error}");
 }
+
+#[tokio::test]
+async fn an_ended_job_and_every_part_of_it_expire_after_the_retention() {
+    let Some(url) = common::endpoint(common::DYNAMODB_URL) else {
+        return;
+    };
+    let client = common::dynamodb_client(&url).await;
+    let table = common::unique_name("vergence-test");
+    DynamoStore::create_table(&client, &table)
+        .await
+        .expect("table");
+    let store = DynamoStore::new(client.clone(), &table)
+        .with_event_retention(SignedDuration::from_hours(24));
+    let k = key("web");
+    let mut planned = job("job-ttl", &k);
+    planned.spec.env.insert("LARGE".into(), noise(400_000));
+    let mut commit = put(record(&k, None), None);
+    commit.new_jobs.push(planned.clone());
+    store.commit(commit).await.expect("commit");
+    assert!(store.claim_job(&planned.id, t(1)).await.expect("claim"));
+    let result = JobResult {
+        outcome: JobOutcome::Exited,
+        exit_code: Some(0),
+        stdout: noise(900_000),
+        stderr_tail: String::new(),
+        duration_ms: 5,
+        outputs: Vec::new(),
+        finished_at: t(3),
+    };
+    assert!(
+        store
+            .finish_job(&planned.id, &result)
+            .await
+            .expect("finish")
+    );
+
+    let items = client
+        .query()
+        .table_name(&table)
+        .key_condition_expression("#pk = :pk")
+        .expression_attribute_names("#pk", PK)
+        .expression_attribute_values(":pk", AttributeValue::S("job#job-ttl".into()))
+        .send()
+        .await
+        .expect("query")
+        .items
+        .unwrap_or_default();
+    assert!(
+        items.len() > 2,
+        "the job spilled into parts: {}",
+        items.len()
+    );
+    let now = Timestamp::now().as_second();
+    let deadline = planned.deadline.as_second();
+    for item in &items {
+        let Some(AttributeValue::N(ttl)) = item.get(TTL) else {
+            panic!("{} has no ttl", sk(item));
+        };
+        let ttl: i64 = ttl.parse().expect("a number");
+        let from_now = (ttl - (now + 24 * 3600)).abs() < 120;
+        let from_deadline = ttl == deadline + 24 * 3600;
+        assert!(
+            from_now || from_deadline,
+            "{}: ttl {ttl}, expected a day after now or after the deadline",
+            sk(item)
+        );
+    }
+}

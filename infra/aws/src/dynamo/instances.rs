@@ -13,7 +13,7 @@ use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, Inst
 use vergence_model::{ApplicationName, InstanceKey, InstanceRecord};
 
 use super::events::event_item;
-use super::jobs::job_item;
+use super::jobs::{expire, job_item};
 use super::payload::{decode_inline, inline_body};
 use super::table::{DUE_INDEX, DUE_PK, DUE_SHARDS, DUE_SK};
 use super::write::{Expression, Outcome, Write, item_size};
@@ -121,7 +121,10 @@ impl DynamoStore {
                     job.id
                 )));
             }
-            let (item, job_parts) = job_item("commit", job)?;
+            let (item, mut job_parts) = job_item("commit", job)?;
+            // The job ends by its deadline; its item expires a retention
+            // after it ends (see `finish`), its parts with it.
+            expire(&mut job_parts, job.deadline, self.event_retention);
             // A job id already recorded means this decision was committed before.
             writes.push(Write::put(item, Some(Expression::absent())));
             parts.extend(job_parts);

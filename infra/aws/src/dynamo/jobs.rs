@@ -5,14 +5,15 @@
 //! condition instead of rewriting the (possibly large) record.
 
 use async_trait::async_trait;
-use jiff::Timestamp;
+use aws_sdk_dynamodb::types::AttributeValue;
+use jiff::{SignedDuration, Timestamp};
 
 use vergence_model::ports::JobStore;
 use vergence_model::{JobHandle, JobId, JobRecord, JobResult, JobState};
 
 use super::payload::payload;
 use super::write::{Expression, Outcome, Write};
-use super::{DynamoStore, Item, get_attr, get_s, key, s, table};
+use super::{DynamoStore, Item, get_attr, get_s, key, n, s, table};
 use crate::error::AwsError;
 
 type Result<T> = vergence_model::Result<T>;
@@ -23,6 +24,12 @@ const STATE: &str = "state";
 const DISPATCHED_AT: &str = "dispatched_at";
 const HANDLE: &str = "handle";
 const RESULT: &str = "result";
+/// A random token per claim or finish call. The SDK sends a retried call
+/// byte for byte again, so a retry of a write that did land (its response
+/// was lost) finds its own token and counts as written, instead of failing
+/// its condition and reading as someone else's claim or result.
+const CLAIM_TOKEN: &str = "claim_token";
+const FINISH_TOKEN: &str = "finish_token";
 
 const CREATED: &str = "created";
 const DISPATCHED: &str = "dispatched";
@@ -32,6 +39,18 @@ const JOB_SK: &str = "job";
 
 fn job_pk(id: &JobId) -> String {
     format!("job#{id}")
+}
+
+/// The TTL attribute of a record that may go `retention` after `from`.
+pub(super) fn expiry(from: Timestamp, retention: SignedDuration) -> AttributeValue {
+    n(from.as_second().saturating_add(retention.as_secs()))
+}
+
+/// Gives part items the TTL of the record they belong to.
+pub(super) fn expire(parts: &mut [Item], from: Timestamp, retention: SignedDuration) {
+    for part in parts {
+        part.insert(table::TTL.to_owned(), expiry(from, retention));
+    }
 }
 
 /// The item of a new job, and the parts its body or result spill into.
@@ -108,18 +127,23 @@ impl DynamoStore {
 
     #[tracing::instrument(skip(self))]
     async fn claim(&self, id: &JobId, at: Timestamp) -> std::result::Result<bool, AwsError> {
+        let token = format!("{:016x}", fastrand::u64(..));
         let claim = Write::Update {
             key: key(job_pk(id), JOB_SK),
-            update: Expression::new("SET #state = :dispatched, #at = :at")
+            update: Expression::new("SET #state = :dispatched, #at = :at, #token = :token")
                 .name("#state", STATE)
                 .name("#at", DISPATCHED_AT)
+                .name("#token", CLAIM_TOKEN)
                 .value(":dispatched", s(DISPATCHED))
-                .value(":at", s(at.to_string())),
+                .value(":at", s(at.to_string()))
+                .value(":token", s(token)),
             // A missing job has no state, so this also fails for unknown ids.
             condition: Some(
-                Expression::new("#state = :created")
+                Expression::new("#state = :created AND :token = :token AND :dispatched = :dispatched")
                     .name("#state", STATE)
-                    .value(":created", s(CREATED)),
+                    .name("#token", CLAIM_TOKEN)
+                    .value(":created", s(CREATED))
+                    .value(":dispatched", s(DISPATCHED)),
             ),
         };
         Ok(self.write_one("claim_job", claim).await? == Outcome::Written)
@@ -147,19 +171,33 @@ impl DynamoStore {
     #[tracing::instrument(skip(self, result))]
     async fn finish(&self, id: &JobId, result: &JobResult) -> std::result::Result<bool, AwsError> {
         let pk = job_pk(id);
-        let stored = payload("finish_job", || format!("result of job {id}"), &pk, result)?;
+        let mut stored = payload("finish_job", || format!("result of job {id}"), &pk, result)?;
+        // An ended job is read no more once its instance took its result
+        // up; it is kept as long as events, then DynamoDB's TTL deletes it.
+        let now = Timestamp::now();
+        expire(&mut stored.parts, now, self.event_retention);
         self.write_parts("finish_job", &stored.parts).await?;
+        let token = format!("{:016x}", fastrand::u64(..));
         let finish = Write::Update {
             key: key(&pk, JOB_SK),
-            update: Expression::new("SET #state = :finished, #result = :result")
-                .name("#state", STATE)
-                .name("#result", RESULT)
-                .value(":finished", s(FINISHED))
-                .value(":result", stored.attribute),
+            update: Expression::new(
+                "SET #state = :finished, #result = :result, #ttl = :ttl, #token = :token",
+            )
+            .name("#state", STATE)
+            .name("#result", RESULT)
+            .name("#ttl", table::TTL)
+            .name("#token", FINISH_TOKEN)
+            .value(":finished", s(FINISHED))
+            .value(":result", stored.attribute)
+            .value(":ttl", expiry(now, self.event_retention))
+            .value(":token", s(token)),
             condition: Some(
-                Expression::new("attribute_exists(#pk) AND #state <> :finished")
-                    .name("#pk", table::PK)
-                    .name("#state", STATE),
+                Expression::new(
+                    "attribute_exists(#pk) AND (#state <> :finished OR #token = :token)",
+                )
+                .name("#pk", table::PK)
+                .name("#state", STATE)
+                .name("#token", FINISH_TOKEN),
             ),
         };
         let outcome = self.write_one("finish_job", finish).await;

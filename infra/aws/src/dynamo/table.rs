@@ -23,7 +23,7 @@ pub const DUE_INDEX: &str = "due";
 pub const DUE_PK: &str = "due_pk";
 /// Sort key of [`DUE_INDEX`] (string): `<epoch ms, 15 digits>#<instance id>`.
 pub const DUE_SK: &str = "due_sk";
-/// The TTL attribute (number, epoch seconds); set on events only.
+/// The TTL attribute (number, epoch seconds); set on events and ended jobs.
 pub const TTL: &str = "ttl";
 /// How many partitions the due index is spread over. Part of the table's
 /// layout: changing it strands index entries in shards nobody queries, so
