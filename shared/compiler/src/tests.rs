@@ -481,3 +481,16 @@ fn promotion_order_follows_preconditions() {
         .collect();
     assert_eq!(order, vec!["staging", "prod-us", "prod-eu"]);
 }
+
+#[test]
+fn a_pushed_file_over_the_size_limit_is_an_error_naming_it() {
+    // A comment line makes the file big without making it invalid YAML.
+    let big = format!("# {}\n{SEED}", "x".repeat(1024 * 1024));
+    let errors = errors_of(&[("seed.yaml", &big), ("app.yaml", SEED_APP)]);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("seed.yaml") && e.contains("limited to 1048576 bytes")),
+        "{errors:?}"
+    );
+}

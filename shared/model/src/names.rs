@@ -18,9 +18,12 @@ pub fn check_name(value: &str) -> Result<(), String> {
         return Err("a name cannot be empty".to_owned());
     }
     if value.len() > MAX_NAME_LEN {
+        // Its start is enough to find it; echoing a 5,000-character name
+        // back in full helps no one.
+        let start: String = value.chars().take(MAX_NAME_LEN).collect();
         return Err(format!(
-            "name {value:?} is {} characters long; at most {MAX_NAME_LEN} are allowed",
-            value.len()
+            "name {start:?}… is {} characters long; at most {MAX_NAME_LEN} are allowed",
+            value.chars().count()
         ));
     }
     let bytes = value.as_bytes();
@@ -133,6 +136,13 @@ mod tests {
         for ok in ["a", "shop", "prod-us", "a1", "web-2", &"a".repeat(63)] {
             assert!(check_name(ok).is_ok(), "{ok} should be valid");
         }
+    }
+
+    #[test]
+    fn a_huge_name_is_not_echoed_back_in_full() {
+        let error = check_name(&"a".repeat(5_000)).unwrap_err();
+        assert!(error.contains("5000 characters"), "{error}");
+        assert!(error.len() < 200, "{error}");
     }
 
     #[test]

@@ -93,6 +93,20 @@ pub fn parse_bundle(bundle: &ConfigBundle) -> (Vec<ParsedDocument>, Vec<ConfigEr
     let mut documents = Vec::new();
     let mut errors = Vec::new();
     for (file, text) in &bundle.files {
+        // A pushed bundle never went through `read_dir`: held to the same
+        // limit here, so the API parses no more than the CLI would.
+        if text.len() as u64 > MAX_FILE_BYTES {
+            errors.push(ConfigError {
+                file: file.clone(),
+                line: None,
+                path: String::new(),
+                message: format!(
+                    "is {} bytes; config files are limited to {MAX_FILE_BYTES} bytes",
+                    text.len()
+                ),
+            });
+            continue;
+        }
         if !file.ends_with(".json") {
             parse_file(file, text, &mut documents, &mut errors);
         }
