@@ -10,17 +10,22 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# Python tools in their own virtualenv: cfn-lint (SAM template) and
-# cargo-lambda (runs the Lambda binaries locally for the smoke test).
+# Python tools in their own virtualenv: cfn-lint (SAM template),
+# cargo-lambda (runs the Lambda binaries locally for the smoke test) and
+# schemathesis (the served API against docs/openapi.json).
 TOOLS="$PWD/.tools"
-if [ ! -x "$TOOLS/py/bin/cfn-lint" ] || [ ! -x "$TOOLS/py/bin/cargo-lambda" ]; then
+if [ ! -x "$TOOLS/py/bin/cfn-lint" ] || [ ! -x "$TOOLS/py/bin/cargo-lambda" ] \
+  || [ ! -x "$TOOLS/py/bin/schemathesis" ]; then
   python3 -m venv "$TOOLS/py"
-  "$TOOLS/py/bin/pip" install --quiet 'cfn-lint==1.58.0' 'cargo-lambda==1.9.2'
+  "$TOOLS/py/bin/pip" install --quiet 'cfn-lint==1.58.0' 'cargo-lambda==1.9.2' \
+    'schemathesis==4.32.5'
 fi
 export PATH="$TOOLS/py/bin:$PATH"
 
 echo "== cfn-lint template.yaml"
 cfn-lint template.yaml
+
+scripts/fuzz.sh # short seeded run: config YAML, templates, fetch output (fuzz/)
 
 scripts/services.sh start
 trap 'scripts/services.sh stop' EXIT

@@ -12,3 +12,4 @@ mod configs;
 mod delivery;
 mod openapi;
 mod reads;
+mod scopes;

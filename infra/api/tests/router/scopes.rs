@@ -1,0 +1,431 @@
+//! Who may call what: every operation of `docs/openapi.json` against every
+//! kind of caller, with the expected outcome written down as a table.
+//!
+//! The routes come from the document, not from the table, so a route added
+//! later without a row here fails the test instead of going unreviewed.
+//! Each request is well-formed for its route, so an allowed caller gets
+//! the handler's real answer and a missing permission check shows up as a
+//! denied caller getting through. A refused caller gets 401 (who are you?)
+//! or 403 (not yours to do) with the JSON error body, and the store is left
+//! exactly as it was.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use axum::http::{Method, StatusCode, header};
+use serde_json::{Value, json};
+use vergence_api::create_token;
+use vergence_model::ports::{AgentStore, TokenStore};
+use vergence_model::{ConfigBundle, Scope, TokenSubject, split_token, token_string};
+
+use crate::common::{Api, quickstart_files, request, two_applications};
+
+/// Every kind of caller a request can come from. The route's application
+/// is always shop; blog is another configured application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Caller {
+    NoToken,
+    /// Not of the form `vgt_<id>_<secret>`.
+    Malformed,
+    /// A real token's id with another secret.
+    WrongSecret,
+    /// An admin token of shop, revoked before the call.
+    Revoked,
+    Shop(Scope),
+    Blog(Scope),
+    /// The token of the agent named in the path (`prod-eu`).
+    OwnAgent,
+    /// The token of another agent (`prod-us`).
+    OtherAgent,
+}
+
+use Caller::{Blog, Malformed, NoToken, OtherAgent, OwnAgent, Revoked, Shop, WrongSecret};
+use Scope::{Admin, Approve, Release};
+
+const CALLERS: [Caller; 12] = [
+    NoToken,
+    Malformed,
+    WrongSecret,
+    Revoked,
+    Shop(Release),
+    Shop(Approve),
+    Shop(Admin),
+    Blog(Release),
+    Blog(Approve),
+    Blog(Admin),
+    OwnAgent,
+    OtherAgent,
+];
+
+const SHOP_TOKENS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Admin)];
+const APPLICATION_TOKENS: &[Caller] = &[
+    Shop(Release),
+    Shop(Approve),
+    Shop(Admin),
+    Blog(Release),
+    Blog(Approve),
+    Blog(Admin),
+];
+/// Alerts are global: protections of any application may refer to one, so
+/// any application's admin may set it (docs/openapi.json, `setAlert`).
+/// This is the one write across applications: blog's admin can fire or
+/// resolve an alert that gates shop's instances.
+const ANY_ADMIN: &[Caller] = &[Shop(Admin), Blog(Admin)];
+
+/// The config in force when the request is made.
+#[derive(Clone, Copy, Debug)]
+enum Setup {
+    /// shop and blog, so blog's tokens belong to a live application.
+    ShopAndBlog,
+    /// shop alone: the config in force is replaced as a whole and a token
+    /// is one application's, so with two applications configured no token
+    /// at all could push a config, and the allowed case would prove nothing.
+    ShopOnly,
+}
+
+/// What the handler answers an allowed caller.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// 200, having written to the store.
+    Writes,
+    /// 200, leaving the store as it was.
+    Reads,
+    /// 404 from the handler itself, after the token was accepted: this
+    /// router has no agent desk (`vergence serve` without the kubernetes
+    /// runner answers the same), which the handler checks last.
+    NoAgentDesk,
+}
+
+/// One row per documented operation.
+struct Row {
+    method: &'static str,
+    path: &'static str,
+    allowed: &'static [Caller],
+    setup: Setup,
+    body: Option<fn() -> Value>,
+    answer: Answer,
+}
+
+fn table() -> Vec<Row> {
+    use Answer::{NoAgentDesk, Reads, Writes};
+    use Setup::{ShopAndBlog, ShopOnly};
+    let row = |method, path, allowed, setup, body, answer| Row {
+        method,
+        path,
+        allowed,
+        setup,
+        body,
+        answer,
+    };
+    vec![
+        row("GET", "/v1/healthz", &CALLERS, ShopAndBlog, None, Reads),
+        row(
+            "POST",
+            "/v1/configs",
+            &[Shop(Admin)],
+            ShopOnly,
+            Some(config_push),
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/releases",
+            &[Shop(Release), Shop(Admin)],
+            ShopAndBlog,
+            Some(|| json!({"version": "v2", "params": {"commit": "abc1234"}})),
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/approvals",
+            &[Shop(Approve), Shop(Admin)],
+            ShopAndBlog,
+            Some(|| json!({"version": "v2"})),
+            Writes,
+        ),
+        row(
+            "PUT",
+            "/v1/alerts/{name}",
+            ANY_ADMIN,
+            ShopAndBlog,
+            Some(|| json!({"state": "firing", "summary": "5xx above 2%"})),
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/alerts/alertmanager",
+            ANY_ADMIN,
+            ShopAndBlog,
+            Some(|| json!({"alerts": [{"status": "firing", "labels": {"alertname": "down"}}]})),
+            Writes,
+        ),
+        row(
+            "GET",
+            "/v1/applications/{app}/status",
+            SHOP_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        row(
+            "GET",
+            "/v1/applications/{app}/events",
+            SHOP_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        // Agents serve clusters, not applications: any application may see
+        // their last contact, an agent may not see the others.
+        row(
+            "GET",
+            "/v1/agents",
+            APPLICATION_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        row(
+            "POST",
+            "/v1/agents/{agent}/poll",
+            &[OwnAgent],
+            ShopAndBlog,
+            Some(|| json!({"version": "0.1.0", "waitSeconds": 0})),
+            NoAgentDesk,
+        ),
+        row(
+            "POST",
+            "/v1/agents/{agent}/reports",
+            &[OwnAgent],
+            ShopAndBlog,
+            Some(|| {
+                json!({
+                    "kind": "objectsChanged",
+                    "application": "shop",
+                    "service": "web",
+                    "releaseChannel": "prod",
+                    "changes": ["Deployment shop/web edited out of band"]
+                })
+            }),
+            NoAgentDesk,
+        ),
+    ]
+}
+
+/// The quickstart again with one more comment: a new content hash, so an
+/// accepted push visibly replaces the config in force.
+fn config_push() -> Value {
+    let mut files = quickstart_files();
+    files
+        .get_mut("application.yaml")
+        .unwrap()
+        .push_str("\n# pushed through the API\n");
+    json!({ "files": files })
+}
+
+/// (METHOD, path template) of every operation in docs/openapi.json.
+fn documented() -> BTreeSet<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let mut operations = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "put", "post", "delete", "patch", "head", "options"]
+                .contains(&method.as_str())
+            {
+                operations.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    operations
+}
+
+/// The concrete URI of a path template; an unknown parameter fails here so
+/// a new route cannot be tested against a literal `{param}`.
+fn uri_of(template: &str) -> String {
+    let uri = template
+        .replace("{app}", "shop")
+        .replace("{service}", "web")
+        .replace("{rc}", "prod")
+        .replace("{name}", "high-error-rate")
+        .replace("{agent}", "prod-eu");
+    assert!(
+        !uri.contains('{'),
+        "{template}: a path parameter this test does not know; add it to uri_of"
+    );
+    uri
+}
+
+/// A fresh API with `setup` in force and one token of every kind, so no
+/// case sees what an earlier one wrote.
+async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>) {
+    let api = Api::new();
+    let files = match setup {
+        Setup::ShopAndBlog => two_applications(),
+        Setup::ShopOnly => quickstart_files(),
+    };
+    api.control
+        .apply_config(ConfigBundle::from_files(files), "test")
+        .await
+        .unwrap();
+    let mut tokens = BTreeMap::new();
+    for (name, app, scope) in [
+        ("shop-release", "shop", Release),
+        ("shop-approve", "shop", Approve),
+        ("shop-admin", "shop", Admin),
+        ("blog-release", "blog", Release),
+        ("blog-approve", "blog", Approve),
+        ("blog-admin", "blog", Admin),
+    ] {
+        tokens.insert(name, api.token(app, &[scope]).await);
+    }
+    for (name, agent) in [("own-agent", "prod-eu"), ("other-agent", "prod-us")] {
+        let (_, token) = create_token(
+            api.store.as_ref(),
+            &TokenSubject::Agent(agent.parse().unwrap()),
+            &[],
+            None,
+            "test",
+            api.clock.as_ref(),
+        )
+        .await
+        .unwrap();
+        tokens.insert(name, token);
+    }
+    let revoked = api.token("shop", &[Admin]).await;
+    let (id, secret) = split_token(&revoked).unwrap();
+    // Flip the secret's last character: same id and length, wrong secret.
+    let flipped = if secret.ends_with('0') { "1" } else { "0" };
+    let wrong = token_string(id, &format!("{}{flipped}", &secret[..secret.len() - 1]));
+    tokens.insert("wrong-secret", wrong);
+    assert!(api.store.delete_token(id).await.unwrap());
+    tokens.insert("revoked", revoked);
+    tokens.insert("malformed", "not-a-token".to_owned());
+    (api, tokens)
+}
+
+fn token_of(caller: Caller, tokens: &BTreeMap<&'static str, String>) -> Option<String> {
+    let name = match caller {
+        NoToken => return None,
+        Malformed => "malformed",
+        WrongSecret => "wrong-secret",
+        Revoked => "revoked",
+        Shop(Release) => "shop-release",
+        Shop(Approve) => "shop-approve",
+        Shop(Admin) => "shop-admin",
+        Blog(Release) => "blog-release",
+        Blog(Approve) => "blog-approve",
+        Blog(Admin) => "blog-admin",
+        OwnAgent => "own-agent",
+        OtherAgent => "other-agent",
+    };
+    Some(tokens[name].clone())
+}
+
+/// Runs one (route, caller) case; `Err` says what went wrong.
+async fn check(row: &Row, caller: Caller) -> Result<(), String> {
+    let (api, tokens) = api_with_callers(row.setup).await;
+    let uri = uri_of(row.path);
+    let method: Method = row.method.parse().unwrap();
+    let body = row.body.map(|body| body().to_string());
+    let token = token_of(caller, &tokens);
+    let before = api.footprint().await;
+    let agents_before = api.store.list_agents().await.unwrap();
+    let reply = api
+        .send(request(method, &uri, token.as_deref(), body))
+        .await;
+    let wrote =
+        api.footprint().await != before || api.store.list_agents().await.unwrap() != agents_before;
+    let allowed = row.allowed.contains(&caller);
+    let fail = |what: String| Err(format!("{what}: {reply:?}"));
+    if allowed {
+        let (status, writes) = match row.answer {
+            Answer::Writes => (StatusCode::OK, true),
+            Answer::Reads => (StatusCode::OK, false),
+            Answer::NoAgentDesk => (StatusCode::NOT_FOUND, false),
+        };
+        if reply.status != status {
+            return fail(format!("allowed, expected {status}"));
+        }
+        if matches!(row.answer, Answer::NoAgentDesk)
+            && !reply.json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("without the kubernetes runner"))
+        {
+            return fail("allowed, expected the handler's no-agent-desk answer".into());
+        }
+        if wrote != writes {
+            return fail(format!("allowed, expected writes={writes}, wrote={wrote}"));
+        }
+        return Ok(());
+    }
+    let (status, code) = match caller {
+        NoToken | Malformed | WrongSecret | Revoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        _ => (StatusCode::FORBIDDEN, "forbidden"),
+    };
+    if reply.status != status {
+        return fail(format!("denied, expected {status}"));
+    }
+    let error = &reply.json["error"];
+    if error["code"] != code || !error["message"].is_string() {
+        return fail(format!("denied, expected an error body with code {code}"));
+    }
+    if status == StatusCode::UNAUTHORIZED && !reply.headers.contains_key(header::WWW_AUTHENTICATE) {
+        return fail("a 401 without WWW-Authenticate".into());
+    }
+    if wrote {
+        return fail("denied, but the store changed".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn every_documented_route_has_a_row_in_the_scope_table() {
+    let rows: BTreeSet<(String, String)> = table()
+        .iter()
+        .map(|row| (row.method.to_owned(), row.path.to_owned()))
+        .collect();
+    let documented = documented();
+    let missing: Vec<_> = documented.difference(&rows).collect();
+    let stale: Vec<_> = rows.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "routes in docs/openapi.json without a row in the scope table: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "rows for routes not in docs/openapi.json: {stale:?}"
+    );
+    assert_eq!(rows.len(), table().len(), "one row per route");
+}
+
+#[tokio::test]
+async fn every_route_allows_exactly_the_callers_in_the_scope_table() {
+    let table = table();
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for (method, path) in documented() {
+        let Some(row) = table
+            .iter()
+            .find(|row| row.method == method && row.path == path)
+        else {
+            // The test above names it; here it simply cannot be checked.
+            failures.push(format!("{method} {path}: no row in the scope table"));
+            continue;
+        };
+        for caller in CALLERS {
+            cases += 1;
+            if let Err(failure) = check(row, caller).await {
+                failures.push(format!("{method} {path} as {caller:?}: {failure}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert_eq!(cases, table.len() * CALLERS.len());
+}
