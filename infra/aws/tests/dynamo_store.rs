@@ -389,11 +389,9 @@ async fn a_commit_with_more_events_than_a_transaction_holds_records_them_all() {
     );
 }
 
-#[tokio::test]
-async fn events_expire_after_the_configured_retention() {
-    let Some(url) = common::endpoint(common::DYNAMODB_URL) else {
-        return;
-    };
+/// A store over a new table that keeps events and ended jobs for a day.
+async fn keeping_a_day() -> Option<(Client, String, DynamoStore)> {
+    let url = common::endpoint(common::DYNAMODB_URL)?;
     let client = common::dynamodb_client(&url).await;
     let table = common::unique_name("vergence-test");
     DynamoStore::create_table(&client, &table)
@@ -401,6 +399,14 @@ async fn events_expire_after_the_configured_retention() {
         .expect("table");
     let store = DynamoStore::new(client.clone(), &table)
         .with_event_retention(SignedDuration::from_hours(24));
+    Some((client, table, store))
+}
+
+#[tokio::test]
+async fn events_expire_after_the_configured_retention() {
+    let Some((client, table, store)) = keeping_a_day().await else {
+        return;
+    };
     store
         .append_events(&[event("0001-a", &key("web"))])
         .await
@@ -466,16 +472,9 @@ async fn a_missing_table_is_permanent_and_an_unreachable_endpoint_is_retryable()
 
 #[tokio::test]
 async fn an_ended_job_and_every_part_of_it_expire_after_the_retention() {
-    let Some(url) = common::endpoint(common::DYNAMODB_URL) else {
+    let Some((client, table, store)) = keeping_a_day().await else {
         return;
     };
-    let client = common::dynamodb_client(&url).await;
-    let table = common::unique_name("vergence-test");
-    DynamoStore::create_table(&client, &table)
-        .await
-        .expect("table");
-    let store = DynamoStore::new(client.clone(), &table)
-        .with_event_retention(SignedDuration::from_hours(24));
     let k = key("web");
     let mut planned = job("job-ttl", &k);
     planned.spec.env.insert("LARGE".into(), noise(400_000));
