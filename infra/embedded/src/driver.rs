@@ -138,7 +138,8 @@ impl Driver {
                 }
                 _ = poll.tick() => {
                     self.enqueue_due().await?;
-                    if mode == DriveMode::UntilSettled && steps.is_empty() {
+                    // In every mode: `up --watch` and `serve` share a state too.
+                    if steps.is_empty() {
                         self.refresh(&mut state, &mine, &mut told, progress.as_ref()).await?;
                     }
                 }
