@@ -453,3 +453,24 @@ fn a_full_disk_is_an_error_and_loses_nothing_written_before() {
     let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(json["instances"].as_array().unwrap().len(), 4, "{status}");
 }
+
+#[test]
+fn up_beside_serve_on_one_state_applies_each_instance_once() {
+    // The same config converged by one process alone: the applies it takes.
+    let alone = Project::quickstart();
+    alone.up(0);
+    let expected = alone.applies();
+
+    let project = Project::quickstart();
+    let server = common::server::Server::start(&project, &[]);
+    let run = finish(spawn(&project, &["up"]), Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{run}");
+    let (status, _) = server.stop();
+    assert!(status.success(), "serve: {status}");
+    assert_eq!(project.applies(), expected, "no instance applied twice");
+    // What the jobs themselves recorded: migrations ran once per channel.
+    for channel in ["staging", "prod"] {
+        let log = project.read(&format!("deployed/{channel}/migrations.log"));
+        assert_eq!(log.lines().count(), 1, "{channel}: {log}");
+    }
+}
