@@ -139,7 +139,7 @@ impl DynamoStore {
                 .value(":token", s(token)),
             // A missing job has no state, so this also fails for unknown ids.
             condition: Some(
-                Expression::new("#state = :created AND :token = :token AND :dispatched = :dispatched")
+                Expression::new("#state = :created OR (#state = :dispatched AND #token = :token)")
                     .name("#state", STATE)
                     .name("#token", CLAIM_TOKEN)
                     .value(":created", s(CREATED))
