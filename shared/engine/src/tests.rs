@@ -914,3 +914,23 @@ fn jobs_on_runners_whose_reports_can_be_lost_are_polled_while_they_run() {
         "local jobs report from the same process"
     );
 }
+
+#[test]
+fn an_apply_finishing_after_a_newer_release_counts_for_its_own_version_only() {
+    let mut sim = Sim::new(spec("staging", "v1", None));
+    assert_eq!(sim.step().jobs[0].kind, JobKind::Apply);
+    // v2 is pushed while v1's apply runs, and the apply's result is seen
+    // before any step saw v2: its success is v1's, not v2's.
+    sim.set_desired(spec("staging", "v2", None));
+    let after = sim.finish(0, "").clone();
+    assert_eq!(sim.record.state.current_version.clone().unwrap(), "v1");
+    assert_ne!(
+        after.state.status,
+        Status::Converged,
+        "{}",
+        after.state.reason
+    );
+    assert_eq!(after.jobs.len(), 1, "the apply of v2 starts");
+    assert_eq!(after.jobs[0].kind, JobKind::Apply);
+    assert_eq!(after.jobs[0].version, "v2");
+}

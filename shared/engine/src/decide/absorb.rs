@@ -50,11 +50,16 @@ impl Decider<'_> {
             );
             return;
         }
-        let stale = self
-            .state
-            .target
-            .as_ref()
-            .is_none_or(|t| t.version != flight.version);
+        // Stale: of another version than the one wanted now. The target
+        // is only moved to a newly desired version after this, so a job
+        // that finishes after a release was pushed is checked against the
+        // spec too; else its success would count as the new version's.
+        let stale = flight.version != spec.version
+            || self
+                .state
+                .target
+                .as_ref()
+                .is_none_or(|t| t.version != flight.version);
         match flight.kind {
             JobKind::Apply => self.absorb_apply(spec, flight, result, stale),
             JobKind::Fetch => self.absorb_fetch(spec, flight, result, stale),
