@@ -4,6 +4,9 @@
 //! file; each test asserts what really ran (the jobs' own log) against what
 //! Vergence recorded.
 
+// The helpers below are test code too: a failed step is the test failing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

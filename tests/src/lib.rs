@@ -2,11 +2,15 @@
 //! over the stand-ins (DynamoDB Local, moto's SQS) driven the way AWS drives
 //! it — the scheduler gets an EventBridge event, the worker gets SQS event
 //! payloads built from messages received from the queue — and copies of the
-//! quickstart to converge.
+//! quickstart to converge. With [`Harness::start_with_faults`] the
+//! deployment's clients talk to the stand-ins through fault-injecting
+//! proxies ([`faults`]), while the harness's own view (status, events, the
+//! event source mapping's receive and delete) goes to them directly.
 
 // Test support: a failed setup should stop the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod faults;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -16,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use faults::{FaultPlan, FaultProxy, FaultReport};
 use vergence_aws::DynamoStore;
 use vergence_aws::testing::{
     DYNAMODB_URL, SQS_URL, dynamodb_client, endpoint, fresh_bucket, sdk_config, unique_name,
@@ -76,8 +82,38 @@ pub struct Harness {
     pub queue_url: String,
     /// Messages handed to a worker, by SQS message id.
     pub deliveries: HashMap<String, usize>,
+    /// Deliveries the worker reported as failed, by SQS message id.
+    pub failed_deliveries: HashMap<String, usize>,
     pub manual: Option<Arc<ManualClock>>,
+    /// The proxies in front of DynamoDB Local and moto, when started with
+    /// faults.
+    pub faults: Option<FaultInjection>,
+    /// With faults: the dead-letter queue behind the work queue.
+    pub dead_letter_queue_url: Option<String>,
+    /// The same table and queue over direct clients: what the test reads
+    /// to judge the outcome is not itself under faults.
+    observer: Deployment,
 }
+
+/// Fault-injecting proxies in front of both stand-ins.
+#[allow(missing_debug_implementations)] // holds hyper clients
+pub struct FaultInjection {
+    pub dynamodb: FaultProxy,
+    /// moto: SQS and S3.
+    pub moto: FaultProxy,
+}
+
+impl FaultInjection {
+    /// Both proxies' figures together.
+    pub fn report(&self) -> FaultReport {
+        self.dynamodb.report().merge(&self.moto.report())
+    }
+}
+
+/// A work message is moved to the dead-letter queue after this many
+/// receives, as `template.yaml` configures the real queue (and as
+/// `WorkerConfig::default` expects).
+pub const MAX_RECEIVE_COUNT: u32 = 5;
 
 impl Harness {
     pub async fn start(dynamodb_url: &str, sqs_url: &str) -> Self {
@@ -101,7 +137,33 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         counter: Option<wire::RequestCounter>,
     ) -> Self {
-        Self::build(dynamodb_url, sqs_url, manual, counter, None).await
+        Self::build(dynamodb_url, sqs_url, manual, counter, None, None).await
+    }
+
+    /// Whose deployment (scheduler, worker, API) reaches DynamoDB, SQS and
+    /// S3 through proxies injecting `plan`'s faults, with the SDK's standard
+    /// retries as in production. The work queue gets a dead-letter queue;
+    /// messages a worker reports as failed are made visible again at once
+    /// (SQS would after the visibility timeout).
+    pub async fn start_with_faults(
+        dynamodb_url: &str,
+        sqs_url: &str,
+        manual: Option<Arc<ManualClock>>,
+        plan: FaultPlan,
+    ) -> Self {
+        let faults = FaultInjection {
+            dynamodb: FaultProxy::start(dynamodb_url, plan.clone()).await.unwrap(),
+            moto: FaultProxy::start(
+                sqs_url,
+                FaultPlan {
+                    seed: plan.seed.rotate_left(17),
+                    ..plan
+                },
+            )
+            .await
+            .unwrap(),
+        };
+        Self::build(dynamodb_url, sqs_url, manual, None, None, Some(faults)).await
     }
 
     /// Whose ECS jobs go through `ecs` (a client with fault injection).
@@ -111,7 +173,7 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         ecs: aws_sdk_ecs::Client,
     ) -> Self {
-        Self::build(dynamodb_url, sqs_url, manual, None, Some(ecs)).await
+        Self::build(dynamodb_url, sqs_url, manual, None, Some(ecs), None).await
     }
 
     async fn build(
@@ -120,6 +182,7 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         counter: Option<wire::RequestCounter>,
         ecs: Option<aws_sdk_ecs::Client>,
+        faults: Option<FaultInjection>,
     ) -> Self {
         let mut dynamodb = dynamodb_client(dynamodb_url).await;
         let table = unique_name("vergence-e2e");
@@ -150,32 +213,46 @@ impl Harness {
             Some(manual) => manual.clone(),
             None => Arc::new(SystemClock),
         };
+        let dead_letter_queue_url = match &faults {
+            Some(_) => Some(add_dead_letter_queue(&sqs, &queue_url).await),
+            None => None,
+        };
         let (s3, artifact_bucket) = fresh_bucket(sqs_url).await;
-        let deployment = Deployment::with_clock(
-            AwsClients {
-                dynamodb,
-                sqs: sqs.clone(),
-                s3,
-                ecs: match ecs {
-                    Some(ecs) => ecs,
-                    None => aws_sdk_ecs::Client::new(&sdk_config(sqs_url).await),
-                },
-                logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
+        let direct = AwsClients {
+            dynamodb,
+            sqs: sqs.clone(),
+            s3,
+            ecs: match ecs {
+                Some(ecs) => ecs,
+                None => aws_sdk_ecs::Client::new(&sdk_config(sqs_url).await),
             },
-            DeploymentConfig {
-                table,
-                queue_url: queue_url.clone(),
-                artifact_bucket,
-                job_timeout_margin: Duration::from_secs(5),
-            },
-            clock,
-        );
+            logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
+        };
+        let config = DeploymentConfig {
+            table,
+            queue_url: queue_url.clone(),
+            artifact_bucket,
+            job_timeout_margin: Duration::from_secs(5),
+        };
+        let observer = Deployment::with_clock(direct.clone(), config.clone(), clock.clone());
+        let deployment = match &faults {
+            Some(faults) => Deployment::with_clock(
+                proxied_clients(&faults.dynamodb.url(), &faults.moto.url(), direct).await,
+                config,
+                clock,
+            ),
+            None => observer.clone(),
+        };
         Self {
             deployment,
             sqs,
             queue_url,
             deliveries: HashMap::new(),
+            failed_deliveries: HashMap::new(),
             manual,
+            faults,
+            dead_letter_queue_url,
+            observer,
         }
     }
 
@@ -185,12 +262,18 @@ impl Harness {
 
     /// Invokes the scheduler with the sample EventBridge Scheduler event.
     pub async fn schedule(&self) -> usize {
+        self.try_schedule().await.unwrap()
+    }
+
+    /// The scheduler's invocation, which may fail under faults (EventBridge
+    /// Scheduler invokes it again a minute later).
+    pub async fn try_schedule(&self) -> Result<usize, String> {
         let raw = std::fs::read_to_string(event_file("schedule.json")).unwrap();
         let event: EventBridgeEvent = serde_json::from_str(&raw).unwrap();
         scheduler::handle(&self.deployment, event)
             .await
-            .unwrap()
-            .enqueued
+            .map(|r| r.enqueued)
+            .map_err(|e| e.to_string())
     }
 
     /// Receives up to 10 messages and builds the SQS event Lambda would
@@ -251,7 +334,12 @@ impl Harness {
             .map(|f| f.item_identifier.as_str())
             .collect();
         for record in &event.records {
-            if failed.contains(&record.message_id.as_deref().unwrap_or_default()) {
+            let id = record.message_id.as_deref().unwrap_or_default();
+            if failed.contains(&id) {
+                *self.failed_deliveries.entry(id.to_owned()).or_default() += 1;
+                if self.faults.is_some() {
+                    self.redeliver_at_once(record).await;
+                }
                 continue;
             }
             if let Some(handle) = &record.receipt_handle {
@@ -268,17 +356,43 @@ impl Harness {
         response
     }
 
+    /// A failed message comes back when its visibility timeout runs out;
+    /// the test does not wait for that.
+    async fn redeliver_at_once(&self, record: &aws_lambda_events::event::sqs::SqsMessage) {
+        if let Some(handle) = &record.receipt_handle {
+            // Already gone (a duplicate was deleted) is fine.
+            let _ = self
+                .sqs
+                .change_message_visibility()
+                .queue_url(&self.queue_url)
+                .receipt_handle(handle)
+                .visibility_timeout(0)
+                .send()
+                .await;
+        }
+    }
+
     /// Every event recorded, as the store lists them.
     pub async fn events(&self) -> Vec<Event> {
-        self.deployment
+        self.observer
             .store
             .list_events(&EventFilter::default())
             .await
             .unwrap()
     }
 
+    /// The test's own control, over direct clients (not under faults).
+    pub fn observer(&self) -> Control {
+        self.observer.control()
+    }
+
+    /// The store over direct clients (not under faults).
+    pub fn observer_store(&self) -> Arc<DynamoStore> {
+        self.observer.store.clone()
+    }
+
     pub async fn instances(&self) -> Vec<InstanceRecord> {
-        self.control()
+        self.observer()
             .status(&InstanceFilter::default())
             .await
             .unwrap()
@@ -320,5 +434,70 @@ impl Harness {
             }
             deliver(self, event).await;
         }
+    }
+}
+
+/// Creates a dead-letter queue for `queue_url` and sets its redrive policy,
+/// as `template.yaml` does; returns the dead-letter queue's url.
+async fn add_dead_letter_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> String {
+    let dlq_url = sqs
+        .create_queue()
+        .queue_name(unique_name("vergence-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let dlq_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&dlq_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .unwrap();
+    let redrive = serde_json::json!({
+        "deadLetterTargetArn": dlq_arn,
+        "maxReceiveCount": MAX_RECEIVE_COUNT.to_string(),
+    });
+    sqs.set_queue_attributes()
+        .queue_url(queue_url)
+        .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+        .send()
+        .await
+        .unwrap();
+    dlq_url
+}
+
+/// The deployment's clients through the proxies: the SDK's standard retry
+/// mode with its default three attempts, as the functions run in
+/// production (`aws_config::defaults`), but with a short first backoff so
+/// a test with thousands of faults does not sleep for minutes. ECS and
+/// CloudWatch Logs stay direct (no job here runs on ECS).
+async fn proxied_clients(dynamodb_url: &str, moto_url: &str, direct: AwsClients) -> AwsClients {
+    let retry = RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(20));
+    let dynamodb = sdk_config(dynamodb_url)
+        .await
+        .into_builder()
+        .retry_config(retry.clone())
+        .build();
+    let moto = sdk_config(moto_url)
+        .await
+        .into_builder()
+        .retry_config(retry)
+        .build();
+    let s3 = aws_sdk_s3::config::Builder::from(&moto)
+        .force_path_style(true)
+        .build();
+    AwsClients {
+        dynamodb: aws_sdk_dynamodb::Client::new(&dynamodb),
+        sqs: aws_sdk_sqs::Client::new(&moto),
+        s3: aws_sdk_s3::Client::from_conf(s3),
+        ..direct
     }
 }
