@@ -308,11 +308,30 @@ async fn deliver(
     job: &JobRecord,
     result: JobResult,
 ) {
-    if let Err(e) = sink.job_finished(job, result.clone()).await {
-        tracing::warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record a local job's result; kept until the engine asks for it");
-        lock(unrecorded).insert(job.id.clone(), result);
+    // The job ran: its result is worth more tries than one request's own
+    // retries. Lost, an apply-only runtime would apply again.
+    let mut wait = RECORD_RETRY_FIRST_WAIT;
+    for attempt in 1..=RECORD_ATTEMPTS {
+        match sink.job_finished(job, result.clone()).await {
+            Ok(()) => return,
+            Err(e) if e.is_retryable() && attempt < RECORD_ATTEMPTS => {
+                tracing::debug!(job = %job.id, attempt, error = %e, "recording a local job's result failed; trying again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record a local job's result; kept until the engine asks for it");
+                lock(unrecorded).insert(job.id.clone(), result);
+                return;
+            }
+        }
     }
 }
+
+/// Tries at recording a result on retryable errors, waiting 100 ms, then
+/// twice as long each time (1.5 s in all).
+const RECORD_ATTEMPTS: u32 = 5;
+const RECORD_RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
 
 fn lock(
     unrecorded: &Unrecorded,

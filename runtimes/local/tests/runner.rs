@@ -123,6 +123,42 @@ async fn a_failing_sink_does_not_fail_the_dispatch() {
 }
 
 #[tokio::test]
+async fn a_result_the_store_refuses_for_a_while_is_recorded_on_a_later_try() {
+    let root = tempfile::tempdir().unwrap();
+    let sink = Arc::new(CollectingSink {
+        busy_for: 3,
+        ..CollectingSink::default()
+    });
+    let runner = LocalRunner::inline(sink.clone(), artifacts());
+    let job = job(root.path(), &["true"]);
+    runner.dispatch(&job).await.unwrap();
+    assert_eq!(sink.count(), 4, "three refusals, then recorded");
+    // Recorded: nothing kept back for the engine.
+    assert!(matches!(
+        runner.poll(&job).await.unwrap(),
+        JobProgress::Unknown
+    ));
+}
+
+#[tokio::test]
+async fn a_result_the_store_never_takes_is_handed_to_the_engine_when_it_asks() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "quick.sh", "echo ran");
+    let sink = Arc::new(CollectingSink {
+        fail: true,
+        ..CollectingSink::default()
+    });
+    let runner = LocalRunner::inline(sink.clone(), artifacts());
+    let job = job(root.path(), &["./quick.sh"]);
+    runner.dispatch(&job).await.unwrap();
+    assert_eq!(sink.count(), 1, "a permanent error is not retried");
+    let JobProgress::Finished(result) = runner.poll(&job).await.unwrap() else {
+        panic!("the result was not kept");
+    };
+    assert_eq!(result.stdout, "ran\n");
+}
+
+#[tokio::test]
 async fn jobs_for_other_runners_are_refused_without_running() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "deploy.sh", "touch ran");

@@ -108,13 +108,25 @@ pub fn read(path: impl AsRef<Path>) -> String {
 #[derive(Debug, Default)]
 pub struct CollectingSink {
     pub results: Mutex<Vec<(JobId, JobResult)>>,
+    /// Every call fails, as a store that cannot take the result would.
     pub fail: bool,
+    /// The first calls fail with a retryable error (a throttled store).
+    pub busy_for: usize,
 }
 
 #[async_trait]
 impl JobResultSink for CollectingSink {
     async fn job_finished(&self, job: &JobRecord, result: JobResult) -> vergence_model::Result<()> {
-        self.results.lock().unwrap().push((job.id.clone(), result));
+        let calls = {
+            let mut results = self.results.lock().unwrap();
+            results.push((job.id.clone(), result));
+            results.len()
+        };
+        if calls <= self.busy_for {
+            return Err(vergence_model::Error::Conflict {
+                what: "the job (busy)".into(),
+            });
+        }
         if self.fail {
             return Err(vergence_model::Error::not_found("the job"));
         }
