@@ -24,7 +24,7 @@ use vergence_e2e::faults::{Fault, FaultPlan, Poison};
 use vergence_e2e::{Harness, MAX_RECEIVE_COUNT, endpoints};
 use vergence_lambda::worker::{Worker, WorkerConfig};
 use vergence_model::ports::{ApprovalStore, ManualClock, ReleaseStore};
-use vergence_model::{EventKind, InstanceKey, InstanceRecord, JobKind, Status};
+use vergence_model::{EventKind, InstanceKey, InstanceRecord, JobId, JobKind, JobOutcome, Status};
 
 const APPLICATION: &str = "shop";
 const VERSION: &str = "v2";
@@ -81,14 +81,33 @@ fn applies_run(dir: &Path) -> BTreeMap<(String, String), usize> {
     counts
 }
 
-/// Applies started per (service@channel, version), from the audit trail.
+/// Applies started per (service@channel, version), from the audit trail,
+/// leaving out attempts that ended lost: a claim that landed while every
+/// try of the SDK failed looks like a worker that died after claiming, so
+/// it is given up at its deadline and started again. Whether such an
+/// attempt ran is for the side effects to say (`applies_run`).
 async fn applies_recorded(h: &Harness) -> BTreeMap<(String, String), usize> {
+    let events = h.events().await;
+    let lost: BTreeSet<JobId> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::JobFinished {
+                job_id,
+                job: JobKind::Apply,
+                outcome: JobOutcome::Lost,
+                ..
+            } => Some(job_id.clone()),
+            _ => None,
+        })
+        .collect();
     let mut counts = BTreeMap::new();
-    for event in h.events().await {
+    for event in events {
         if let EventKind::JobStarted {
             job: JobKind::Apply,
+            job_id,
             ..
-        } = event.kind
+        } = &event.kind
+            && !lost.contains(job_id)
         {
             let instance = format!(
                 "{}@{}",
