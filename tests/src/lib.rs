@@ -13,7 +13,7 @@
 pub mod faults;
 pub mod wire;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +31,9 @@ use vergence_engine::control::Control;
 use vergence_lambda::worker::Worker;
 use vergence_lambda::{AwsClients, Deployment, DeploymentConfig, scheduler};
 use vergence_model::ports::{Clock, EventStore, InstanceFilter, ManualClock, SystemClock};
-use vergence_model::{Event, EventFilter, InstanceRecord, Status};
+use vergence_model::{
+    Event, EventFilter, EventKind, InstanceRecord, JobId, JobKind, JobOutcome, Status,
+};
 
 /// DynamoDB Local's and moto's SQS endpoints from the environment
 /// (`scripts/services.sh`); `None` lets a test skip where they are not
@@ -500,4 +502,52 @@ async fn proxied_clients(dynamodb_url: &str, moto_url: &str, direct: AwsClients)
         s3: aws_sdk_s3::Client::from_conf(s3),
         ..direct
     }
+}
+
+/// Applies started per (service@channel, version), from the audit trail.
+/// With `leave_out_lost`, attempts that ended lost are not counted: a claim
+/// that landed while every try of the SDK failed looks like a worker that
+/// died after claiming, so it is given up at its deadline and started
+/// again; whether it ran is for the jobs' own side effects to say.
+pub fn applies_started(
+    events: Vec<Event>,
+    leave_out_lost: bool,
+) -> BTreeMap<(String, String), usize> {
+    let lost: BTreeSet<JobId> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::JobFinished {
+                job_id,
+                job: JobKind::Apply,
+                outcome: JobOutcome::Lost,
+                ..
+            } if leave_out_lost => Some(job_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut counts = BTreeMap::new();
+    for event in events {
+        if let EventKind::JobStarted {
+            job: JobKind::Apply,
+            job_id,
+            ..
+        } = &event.kind
+            && !lost.contains(job_id)
+        {
+            let instance = format!(
+                "{}@{}",
+                event.service.expect("an apply names its service"),
+                event.release_channel.expect("an apply names its channel")
+            );
+            // "apply of VERSION started (attempt N)…"
+            let version = event
+                .message
+                .split_whitespace()
+                .nth(2)
+                .expect("the version")
+                .to_owned();
+            *counts.entry((instance, version)).or_default() += 1;
+        }
+    }
+    counts
 }

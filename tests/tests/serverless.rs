@@ -13,42 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use vergence_e2e::{Harness, endpoints, quickstart_copy};
+use vergence_e2e::{Harness, applies_started, endpoints, quickstart_copy};
 use vergence_lambda::worker::{Worker, WorkerConfig};
 use vergence_model::ports::{ArtifactStore, JobResultSink, ManualClock, Runner};
-use vergence_model::{EventFilter, EventKind, JobHandle, JobKind, JobRecord, JobResult, Status};
+use vergence_model::{JobHandle, JobKind, JobRecord, JobResult, Status};
 use vergence_runner_local::LocalRunner;
 
 /// Applies started per (instance, version), from the audit trail.
 async fn applies(h: &Harness) -> BTreeMap<(String, String), usize> {
-    let events = h
-        .control()
-        .events(&EventFilter {
-            application: Some("shop".parse().unwrap()),
-            service: None,
-            release_channel: None,
-            limit: None,
-        })
-        .await
-        .unwrap();
-    let mut counts = BTreeMap::new();
-    for event in events {
-        if let EventKind::JobStarted {
-            job: JobKind::Apply,
-            ..
-        } = event.kind
-        {
-            let instance = format!(
-                "{}@{}",
-                event.service.unwrap(),
-                event.release_channel.unwrap()
-            );
-            // "apply of VERSION started (attempt N)…"
-            let version = event.message.split_whitespace().nth(2).unwrap().to_owned();
-            *counts.entry((instance, version)).or_default() += 1;
-        }
-    }
-    counts
+    applies_started(h.events().await, false)
 }
 
 /// The quickstart's files as an API upload. Jobs of an uploaded config run

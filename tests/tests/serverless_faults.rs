@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use vergence_e2e::faults::{Fault, FaultPlan, Poison};
-use vergence_e2e::{Harness, MAX_RECEIVE_COUNT, endpoints};
+use vergence_e2e::{Harness, MAX_RECEIVE_COUNT, applies_started, endpoints};
 use vergence_lambda::worker::{Worker, WorkerConfig};
 use vergence_model::ports::{ApprovalStore, ManualClock, ReleaseStore};
-use vergence_model::{EventKind, InstanceKey, InstanceRecord, JobId, JobKind, JobOutcome, Status};
+use vergence_model::{EventKind, InstanceKey, InstanceRecord, Status};
 
 const APPLICATION: &str = "shop";
 const VERSION: &str = "v2";
@@ -82,44 +82,9 @@ fn applies_run(dir: &Path) -> BTreeMap<(String, String), usize> {
 }
 
 /// Applies started per (service@channel, version), from the audit trail,
-/// leaving out attempts that ended lost: a claim that landed while every
-/// try of the SDK failed looks like a worker that died after claiming, so
-/// it is given up at its deadline and started again. Whether such an
-/// attempt ran is for the side effects to say (`applies_run`).
+/// leaving out attempts that ended lost (see `applies_started`).
 async fn applies_recorded(h: &Harness) -> BTreeMap<(String, String), usize> {
-    let events = h.events().await;
-    let lost: BTreeSet<JobId> = events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::JobFinished {
-                job_id,
-                job: JobKind::Apply,
-                outcome: JobOutcome::Lost,
-                ..
-            } => Some(job_id.clone()),
-            _ => None,
-        })
-        .collect();
-    let mut counts = BTreeMap::new();
-    for event in events {
-        if let EventKind::JobStarted {
-            job: JobKind::Apply,
-            job_id,
-            ..
-        } = &event.kind
-            && !lost.contains(job_id)
-        {
-            let instance = format!(
-                "{}@{}",
-                event.service.unwrap(),
-                event.release_channel.unwrap()
-            );
-            // "apply of VERSION started (attempt N)…"
-            let version = event.message.split_whitespace().nth(2).unwrap().to_owned();
-            *counts.entry((instance, version)).or_default() += 1;
-        }
-    }
-    counts
+    applies_started(h.events().await, true)
 }
 
 /// A CI job or an operator calling the API: a failed call (the API's own
