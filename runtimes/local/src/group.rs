@@ -10,6 +10,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
+use crate::procfs::{self, Stat};
+
 /// How long a timed-out job gets between SIGTERM and SIGKILL.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(5);
 
@@ -111,42 +113,8 @@ impl Drop for ProcessGroup {
 /// Whether /proc lists a process of group `pgid` that is not a zombie;
 /// `None` without a readable /proc.
 fn live_member_in_proc(pgid: Pid) -> Option<bool> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    let live = entries.flatten().any(|entry| {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
-        // A process that vanished between listing and reading is not alive.
-        is_pid
-            && std::fs::read_to_string(entry.path().join("stat"))
-                .ok()
-                .and_then(|stat| state_and_group(&stat))
-                .is_some_and(|(state, group)| group == pgid.as_raw() && !matches!(state, 'Z' | 'X'))
-    });
+    // A process that vanished between listing and reading is not alive.
+    let live = procfs::pids()?
+        .any(|pid| Stat::of(pid).is_some_and(|s| s.group == pgid.as_raw() && s.is_live()));
     Some(live)
-}
-
-/// The state and process group in a `/proc/<pid>/stat` line. The command
-/// name comes in parentheses and may itself contain spaces or parentheses,
-/// so fields are counted from the last ')'.
-fn state_and_group(stat: &str) -> Option<(char, i32)> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _parent = fields.next()?;
-    let group = fields.next()?.parse().ok()?;
-    Some((state, group))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_state_and_group_even_with_odd_command_names() {
-        let stat = "4242 (my (odd) cmd) S 1 4240 4240 0 -1 4194560 108 0 0 0";
-        assert_eq!(state_and_group(stat), Some(('S', 4240)));
-        assert_eq!(state_and_group("garbage"), None);
-    }
 }

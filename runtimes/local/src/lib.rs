@@ -13,6 +13,7 @@ mod group;
 mod owner;
 mod prepare;
 mod process;
+mod procfs;
 mod running;
 
 use std::ffi::OsString;
@@ -285,9 +286,8 @@ async fn wait_turn(
     registration: &mut Registration,
 ) -> std::result::Result<Option<tokio::sync::OwnedSemaphorePermit>, JobResult> {
     tokio::select! {
-        // The semaphore is never closed, so acquiring cannot fail; were it
-        // to, running without a permit beats losing the job.
-        // Closed: the process is shutting down and starts nothing new.
+        // Closed only by `close`: the process is shutting down and starts
+        // nothing new.
         permit = semaphore.acquire_owned() => permit.map(Some).map_err(|_closed| {
             let reason = registration.closed_reason();
             JobResult::without_output(JobOutcome::Stopped { reason }, Timestamp::now())

@@ -12,6 +12,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use vergence_model::{JobHandle, JobId};
 
+use crate::procfs::{self, Stat};
+
 const PREFIX: &str = "local:";
 
 /// A process, told apart from a later one with the same pid by its start
@@ -104,48 +106,27 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Field 22 of `/proc/<pid>/stat`, counted after the command name (which
-/// may itself hold spaces and parentheses).
 fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    // The fields after the name start at field 3 (state).
-    after_name.split_whitespace().nth(22 - 3)?.parse().ok()
+    Stat::of(pid)?.start
 }
 
 /// The processes still running for job `id`, found by the `VERGENCE_JOB_ID`
 /// every job's process inherits (a job's children too, unless they clear
 /// their environment). Empty where /proc is not readable.
 pub(crate) fn job_processes(id: &JobId) -> Vec<Pid> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Some(pids) = procfs::pids() else {
         return Vec::new();
     };
     let needle = format!("VERGENCE_JOB_ID={}", id.as_str());
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
-                environ
-                    .split(|b| *b == 0)
-                    .any(|var| var == needle.as_bytes())
-            }) && !is_zombie(*pid)
-        })
-        .map(Pid::from_raw)
-        .collect()
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let after_name = stat[stat.rfind(')')? + 1..].to_owned();
-            after_name
-                .split_whitespace()
-                .next()
-                .map(|s| s == "Z" || s == "X")
-        })
-        .unwrap_or(true)
+    pids.filter(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+            environ
+                .split(|b| *b == 0)
+                .any(|var| var == needle.as_bytes())
+        }) && Stat::of(*pid).is_some_and(|s| s.is_live())
+    })
+    .map(Pid::from_raw)
+    .collect()
 }
 
 /// Ends the processes a job left behind when the process that ran it died:
