@@ -595,23 +595,21 @@ fn decode_instance(
 /// each time: without a bound the state file grows by gigabytes a week.
 pub const FINISHED_JOBS_KEPT: usize = 10;
 
-/// Deletes the finished jobs of `id`'s instance past [`FINISHED_JOBS_KEPT`].
+/// Deletes the finished jobs of `instance` past [`FINISHED_JOBS_KEPT`].
 /// Jobs are ordered by rowid: SQLite hands out increasing ones as rows are
 /// inserted, and the newest job of an instance is never among those
 /// deleted, so no rowid is reused out of order.
 fn prune_finished_jobs(
     tx: &Transaction<'_>,
     operation: &'static str,
-    id: &JobId,
+    instance: &InstanceKey,
 ) -> std::result::Result<(), EmbeddedError> {
     tx.execute(
-        "DELETE FROM jobs WHERE state = 'finished'
-           AND instance = (SELECT instance FROM jobs WHERE id = ?1)
+        "DELETE FROM jobs WHERE state = 'finished' AND instance = ?1
            AND rowid NOT IN (
-             SELECT rowid FROM jobs
-              WHERE instance = (SELECT instance FROM jobs WHERE id = ?1)
+             SELECT rowid FROM jobs WHERE instance = ?1
               ORDER BY rowid DESC LIMIT ?2)",
-        params![id.as_str(), FINISHED_JOBS_KEPT as i64],
+        params![instance.storage_id(), FINISHED_JOBS_KEPT as i64],
     )
     .map_err(|e| EmbeddedError::sql(operation, e))?;
     Ok(())
@@ -658,7 +656,7 @@ impl SqliteStore {
             )
             .map_err(|e| EmbeddedError::sql(operation, e))?;
             if matches!(job.state, JobState::Finished { .. }) {
-                prune_finished_jobs(tx, operation, id)?;
+                prune_finished_jobs(tx, operation, &job.instance)?;
             }
             Ok(true)
         })
