@@ -4,6 +4,8 @@
 //! record and when to look again. No I/O, no clock: the same input always
 //! gives the same decision.
 
+use std::borrow::Cow;
+
 use jiff::{SignedDuration, Timestamp};
 
 use super::gates::{self, Gate, human};
@@ -68,20 +70,25 @@ struct Decider<'a> {
 /// apply: the pause, the runtime's approval before apply, time windows
 /// and deployment protections (a failing `FAIL` protection blocks it
 /// instead of failing the way out).
-pub(crate) fn effective(
-    desired: &CompiledInstance,
+///
+/// The desired state is borrowed as it is unless a rollback or a pin
+/// changes it: every decision asks for it, and copying a compiled instance
+/// costs more than most decisions.
+pub(crate) fn effective<'a>(
+    desired: &'a CompiledInstance,
     state: &InstanceState,
     controls: &InstanceControls,
-) -> CompiledInstance {
+) -> Cow<'a, CompiledInstance> {
     let Some(rollback) = &state.rollback else {
-        let mut spec = desired.clone();
         // A pin is a person choosing this version for this channel: it
         // does not wait for upstream channels to run it too.
-        if controls.pinned.is_some() {
-            spec.preconditions
-                .retain(|p| !matches!(p, Precondition::ReleaseChannelStable { .. }));
+        let upstream = |p: &Precondition| matches!(p, Precondition::ReleaseChannelStable { .. });
+        if controls.pinned.is_none() || !desired.preconditions.iter().any(upstream) {
+            return Cow::Borrowed(desired);
         }
-        return spec;
+        let mut spec = desired.clone();
+        spec.preconditions.retain(|p| !upstream(p));
+        return Cow::Owned(spec);
     };
     let mut spec = desired.clone();
     spec.version = rollback.to.version.clone();
@@ -95,7 +102,7 @@ pub(crate) fn effective(
             failure_behavior: FailureBehavior::Block,
         };
     }
-    spec
+    Cow::Owned(spec)
 }
 
 pub(crate) fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
@@ -205,7 +212,7 @@ impl Decider<'_> {
         true
     }
 
-    fn effective(&self, desired: &CompiledInstance) -> CompiledInstance {
+    fn effective<'d>(&self, desired: &'d CompiledInstance) -> Cow<'d, CompiledInstance> {
         effective(desired, &self.state, self.controls)
     }
 

@@ -3,6 +3,10 @@
 //! time windows and protections. Every closed gate says why, what it waits
 //! on and when to look again.
 
+use std::convert::Infallible;
+use std::fmt;
+use std::ops::ControlFlow;
+
 use jiff::{SignedDuration, Timestamp};
 
 use super::Facts;
@@ -10,7 +14,7 @@ use super::windows::{self, WindowVerdict};
 use vergence_model::{
     Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
     InstanceRecord, InstanceState, Lifecycle, LifecycleKind, PlanRecord, Precondition,
-    ProtectionCheck, ProtectionKey, ReleaseChannelName, Status, Version, WaitCause,
+    ProtectionCheck, ProtectionKey, ProtectionName, ReleaseChannelName, Status, Version, WaitCause,
 };
 
 /// What a step needs to know about another release channel of the service.
@@ -75,18 +79,22 @@ pub enum Gate {
 /// Evaluates everything an apply must pass, in this order: pause,
 /// preconditions as written (pre-approval protections just before the first
 /// approval), the runtime's approval before apply, time windows, then
-/// deployment protections. The first gate that is not open is reported.
+/// deployment protections. The first gate that is not open is reported, and
+/// the gates after it are not evaluated.
 pub fn evaluate(
     spec: &CompiledInstance,
     facts: &Facts,
     state: &InstanceState,
     controls: &InstanceControls,
 ) -> Gate {
-    all(spec, facts, state, controls)
-        .into_iter()
-        .map(|(_, gate)| gate)
-        .find(|gate| *gate != Gate::Open)
-        .unwrap_or(Gate::Open)
+    let first_closed = walk(spec, facts, state, controls, &mut |_, gate| match gate {
+        Gate::Open => ControlFlow::Continue(()),
+        closed => ControlFlow::Break(closed),
+    });
+    match first_closed {
+        ControlFlow::Break(gate) => gate,
+        ControlFlow::Continue(()) => Gate::Open,
+    }
 }
 
 /// Every gate in order with its verdict, for `explain`.
@@ -96,8 +104,53 @@ pub fn all(
     state: &InstanceState,
     controls: &InstanceControls,
 ) -> Vec<(String, Gate)> {
+    let mut gates = Vec::new();
+    let ControlFlow::<Infallible>::Continue(()) =
+        walk(spec, facts, state, controls, &mut |name, gate| {
+            gates.push((name.to_string(), gate));
+            ControlFlow::Continue(())
+        });
+    gates
+}
+
+/// What a gate is called in `explain`. Spelled out only there: deciding
+/// needs the verdicts, not their names.
+#[derive(Clone, Copy, Debug)]
+enum GateName<'a> {
+    Pause,
+    ReleaseChannelStable(&'a ReleaseChannelName),
+    ManualApproval(&'a str),
+    ApprovalBeforeApply,
+    TimeWindows,
+    Protection(&'a ProtectionName, LifecycleKind),
+}
+
+impl fmt::Display for GateName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateName::Pause => f.write_str("pause"),
+            GateName::ReleaseChannelStable(channel) => {
+                write!(f, "releaseChannelStable {channel}")
+            }
+            GateName::ManualApproval(name) => write!(f, "manualApproval {name}"),
+            GateName::ApprovalBeforeApply => f.write_str("requireApprovalBeforeApply"),
+            GateName::TimeWindows => f.write_str("time windows"),
+            GateName::Protection(name, at) => write!(f, "protection {name} ({})", at.as_str()),
+        }
+    }
+}
+
+/// Hands each gate and its verdict to `visit`, in the order [`evaluate`]
+/// describes, until `visit` breaks.
+fn walk<'a, B>(
+    spec: &'a CompiledInstance,
+    facts: &Facts,
+    state: &InstanceState,
+    controls: &InstanceControls,
+    visit: &mut impl FnMut(GateName<'a>, Gate) -> ControlFlow<B>,
+) -> ControlFlow<B> {
     let wanted = Approvable::of(spec, state);
-    let mut gates = vec![("pause".to_owned(), pause(spec, controls))];
+    visit(GateName::Pause, pause(spec, controls))?;
     // Pre-approval protections run just before the first manual approval,
     // or after the preconditions when there is none.
     let mut pre_approval_done = false;
@@ -106,37 +159,36 @@ pub fn all(
             Precondition::ReleaseChannelStable {
                 release_channel,
                 duration,
-            } => gates.push((
-                format!("releaseChannelStable {release_channel}"),
+            } => visit(
+                GateName::ReleaseChannelStable(release_channel),
                 stable(release_channel, *duration, &spec.version, facts),
-            )),
+            )?,
             Precondition::ManualApproval { name } => {
                 if !pre_approval_done {
                     pre_approval_done = true;
-                    gates.extend(protections(spec, LifecycleKind::PreApproval, facts, state));
+                    protections(spec, LifecycleKind::PreApproval, facts, state, visit)?;
                 }
-                gates.push((
-                    format!("manualApproval {name}"),
+                visit(
+                    GateName::ManualApproval(name),
                     manual_approval(name, &wanted, spec, facts),
-                ));
+                )?;
             }
         }
     }
     if !pre_approval_done {
-        gates.extend(protections(spec, LifecycleKind::PreApproval, facts, state));
+        protections(spec, LifecycleKind::PreApproval, facts, state, visit)?;
     }
     if spec.require_approval_before_apply {
         let wanted = wanted.given_since(reapply_since(spec, state));
-        gates.push((
-            "requireApprovalBeforeApply".to_owned(),
+        visit(
+            GateName::ApprovalBeforeApply,
             approval_before_apply(&wanted, spec, facts),
-        ));
+        )?;
     }
     if !spec.windows.is_empty() {
-        gates.push(("time windows".to_owned(), time_windows(spec, facts.now)));
+        visit(GateName::TimeWindows, time_windows(spec, facts.now))?;
     }
-    gates.extend(protections(spec, LifecycleKind::Deployment, facts, state));
-    gates
+    protections(spec, LifecycleKind::Deployment, facts, state, visit)
 }
 
 /// A paused instance fetches but does not apply until someone resumes it.
@@ -338,20 +390,20 @@ fn stable(
 }
 
 /// The protections of one lifecycle point, before an apply.
-fn protections(
-    spec: &CompiledInstance,
+fn protections<'a, B>(
+    spec: &'a CompiledInstance,
     at: LifecycleKind,
     facts: &Facts,
     state: &InstanceState,
-) -> Vec<(String, Gate)> {
-    spec.protections_at(at)
-        .map(|protection| {
-            (
-                format!("protection {} ({})", protection.name, at.as_str()),
-                protection_gate(protection, facts, state),
-            )
-        })
-        .collect()
+    visit: &mut impl FnMut(GateName<'a>, Gate) -> ControlFlow<B>,
+) -> ControlFlow<B> {
+    for protection in spec.protections_at(at) {
+        visit(
+            GateName::Protection(&protection.name, at),
+            protection_gate(protection, facts, state),
+        )?;
+    }
+    ControlFlow::Continue(())
 }
 
 fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &InstanceState) -> Gate {

@@ -15,7 +15,19 @@ pub fn hash_fields<'a>(fields: impl IntoIterator<Item = &'a [u8]>) -> String {
         hasher.update((field.len() as u64).to_be_bytes());
         hasher.update(field);
     }
-    hex::encode(hasher.finalize())
+    hex_string(&hasher.finalize())
+}
+
+/// Lowercase hex, as `hex::encode` spells it, without its per-character
+/// iterator: a job id is hashed on every decision that starts a job.
+fn hex_string(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 /// A UUID-shaped id derived from a name, so ids are stable without storage.
@@ -34,6 +46,12 @@ pub fn stable_id(kind: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_spelled_like_the_hex_crate() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex_string(&bytes), hex::encode(&bytes));
+    }
 
     #[test]
     fn fields_are_length_prefixed() {

@@ -5,8 +5,9 @@
 //! the code can rely on them being well-formed.
 
 use std::fmt;
+use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Longest name accepted, so names fit in DNS labels and Kubernetes objects.
 pub const MAX_NAME_LEN: usize = 63;
@@ -49,16 +50,18 @@ pub fn check_name(value: &str) -> Result<(), String> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-        #[serde(transparent)]
-        pub struct $ty(String);
+        ///
+        /// Shared, not copied: a name never changes once parsed, and every
+        /// key, event and job of an instance carries its names.
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $ty(Arc<str>);
 
         impl $ty {
             /// Parses a name, saying what is wrong when it is not valid.
             pub fn parse(value: impl Into<String>) -> Result<Self, String> {
                 let value = value.into();
                 check_name(&value)?;
-                Ok(Self(value))
+                Ok(Self(value.into()))
             }
 
             /// The name as written.
@@ -89,6 +92,12 @@ macro_rules! name_type {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 Self::parse(s)
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
             }
         }
 
@@ -166,5 +175,18 @@ mod tests {
         let ok: ServiceName = serde_json::from_str("\"web\"").unwrap();
         assert_eq!(ok.as_str(), "web");
         assert!(serde_json::from_str::<ServiceName>("\"Web\"").is_err());
+    }
+
+    #[test]
+    fn names_and_versions_are_stored_as_plain_strings() {
+        let name: ServiceName = "web".parse().unwrap();
+        assert_eq!(serde_json::to_string(&name).unwrap(), "\"web\"");
+        let version: crate::Version = "v1.2.3".parse().unwrap();
+        let json = serde_json::to_string(&version).unwrap();
+        assert_eq!(json, "\"v1.2.3\"");
+        assert_eq!(
+            serde_json::from_str::<crate::Version>(&json).unwrap(),
+            version
+        );
     }
 }

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::instance::InstanceKey;
 use super::names::{ApplicationName, ServiceName};
@@ -37,30 +38,46 @@ impl fmt::Display for ParamValue {
 ///
 /// [`Version::parse`] checks what people and CI write; stored versions are
 /// read back as they were written, since they were checked then.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Version(String);
+///
+/// Shared, not copied: a version never changes, and the instance's state,
+/// its events and its jobs all carry the one they are about.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version(Arc<str>);
 
 impl Version {
     /// Parses a version given by a person or CI, saying what is wrong.
     pub fn parse(raw: impl Into<String>) -> Result<Self, String> {
         let raw = raw.into();
         check_version(&raw)?;
-        Ok(Self(raw))
+        Ok(Self(raw.into()))
     }
 
     /// A version derived by the compiler from the config's content hash.
     pub fn from_config(hash: &str) -> Self {
-        Self(format!("cfg-{hash}"))
+        Self(format!("cfg-{hash}").into())
     }
 
     /// This release's version with a config change on top of it.
     pub fn with_config(&self, hash: &str) -> Self {
-        Self(format!("{}+cfg-{hash}", self.0))
+        Self(format!("{}+cfg-{hash}", self.0).into())
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl Serialize for Version {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+/// Stored versions are read back as they were written: they were checked
+/// when they were pushed.
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(|raw| Self(raw.into()))
     }
 }
 
@@ -87,19 +104,19 @@ impl std::ops::Deref for Version {
 
 impl PartialEq<Version> for str {
     fn eq(&self, other: &Version) -> bool {
-        self == other.0
+        self == other.as_str()
     }
 }
 
 impl PartialEq<Version> for String {
     fn eq(&self, other: &Version) -> bool {
-        *self == other.0
+        self == other.as_str()
     }
 }
 
 impl PartialEq<Version> for &str {
     fn eq(&self, other: &Version) -> bool {
-        *self == other.0
+        *self == other.as_str()
     }
 }
 
@@ -118,19 +135,19 @@ impl std::str::FromStr for Version {
 
 impl PartialEq<str> for Version {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<String> for Version {
     fn eq(&self, other: &String) -> bool {
-        &self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for Version {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        self.as_str() == *other
     }
 }
 

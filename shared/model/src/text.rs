@@ -10,6 +10,11 @@ pub const MAX_SENTENCE_CHARS: usize = 2_000;
 /// `text` cut to at most `max` characters (never inside one), saying how
 /// much was left out. Text within the bound is returned as it is.
 pub fn clip(text: String, max: usize) -> String {
+    // No more bytes than `max` means no more characters either: nearly
+    // every sentence, and none of them needs walking character by character.
+    if text.len() <= max {
+        return text;
+    }
     let Some((cut, _)) = text.char_indices().nth(max) else {
         return text;
     };

@@ -64,7 +64,7 @@ impl Decider<'_> {
             format!("applying {} (attempt {attempt}){why}", spec.version),
             None,
         );
-        self.jobs.push(job);
+        self.start_job(job);
     }
 
     pub(super) fn dispatch_fetch(
@@ -92,7 +92,7 @@ impl Decider<'_> {
                 None,
             );
         }
-        self.jobs.push(job);
+        self.start_job(job);
     }
 
     pub(super) fn dispatch_protection(&mut self, spec: &CompiledInstance, key: &ProtectionKey) {
@@ -109,7 +109,7 @@ impl Decider<'_> {
         if let Some(flight) = self.state.in_flight.as_mut() {
             flight.protection = Some(key.clone());
         }
-        self.jobs.push(job);
+        self.start_job(job);
     }
 
     /// Runs getInfo at its interval when nothing else is running; its
@@ -129,8 +129,16 @@ impl Decider<'_> {
             && self.facts.unavailable(&info.job.runner).is_none()
         {
             let job = self.new_job(spec, JobKind::GetInfo, &info.job, 1);
-            self.jobs.push(job);
+            self.start_job(job);
         }
+    }
+
+    /// Records a job to start. A job record is large (about a kilobyte) and
+    /// a decision starts one job, rarely more: room is made for exactly the
+    /// ones started, not for the four a growing `Vec` begins with.
+    fn start_job(&mut self, job: JobRecord) {
+        self.jobs.reserve_exact(1);
+        self.jobs.push(job);
     }
 
     pub(super) fn new_job(
@@ -151,11 +159,12 @@ impl Decider<'_> {
             seq.to_string().as_bytes(),
             self.now.as_millisecond().to_string().as_bytes(),
         ]);
-        let id = JobId(format!(
-            "{}-{}",
-            kind.as_str().to_lowercase(),
-            &digest[..20]
-        ));
+        let kind_name = kind.as_str();
+        let mut id = String::with_capacity(kind_name.len() + 21);
+        id.extend(kind_name.chars().map(|c| c.to_ascii_lowercase()));
+        id.push('-');
+        id.push_str(&digest[..20]);
+        let id = JobId(id);
         let deadline = after(after(self.now, job_spec.timeout), LOST_JOB_SLACK);
         self.state.in_flight = Some(InFlightJob {
             job_id: id.clone(),
