@@ -210,8 +210,23 @@ pub struct RunnerArgs {
     pub container_engine: ContainerEngine,
     /// S3 bucket where jobs on ECS and Cloud Run hand files (plans) to the
     /// next job; without one, such jobs cannot have files.
-    #[arg(long, env = "VERGENCE_ARTIFACT_BUCKET", value_name = "BUCKET")]
+    #[arg(
+        long,
+        env = "VERGENCE_ARTIFACT_BUCKET",
+        value_name = "BUCKET",
+        value_parser = artifact_bucket
+    )]
     pub artifact_bucket: Option<String>,
+}
+
+/// A bucket this build can use: refused, before anything runs, by a build
+/// without S3 rather than left unused.
+fn artifact_bucket(bucket: &str) -> Result<String, String> {
+    if cfg!(feature = "aws") {
+        Ok(bucket.to_owned())
+    } else {
+        Err(crate::runners::left_out("aws", "keeps job files in S3"))
+    }
 }
 
 #[derive(Debug, Args)]

@@ -783,14 +783,7 @@ fn token_subject(args: &crate::args::TokenSubjectArgs) -> Result<TokenSubject> {
 /// (`--dynamodb-table`), or the local state (created only by `create`).
 async fn token_store(global: &Global, create: bool) -> Result<Arc<dyn StateStore>> {
     if let Some(table) = &global.dynamodb_table {
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .load()
-            .await;
-        let client = aws_sdk_dynamodb::Client::new(&sdk);
-        return Ok(Arc::new(vergence_aws::DynamoStore::new(
-            client,
-            table.clone(),
-        )));
+        return dynamodb_store(table).await;
     }
     let local = if create {
         Local::open(&global.state_path())?
@@ -798,6 +791,28 @@ async fn token_store(global: &Global, create: bool) -> Result<Arc<dyn StateStore
         Local::existing(global)?
     };
     Ok(local.store)
+}
+
+#[cfg(feature = "aws")]
+async fn dynamodb_store(table: &str) -> Result<Arc<dyn StateStore>> {
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .load()
+        .await;
+    let client = aws_sdk_dynamodb::Client::new(&sdk);
+    Ok(Arc::new(vergence_aws::DynamoStore::new(
+        client,
+        table.to_owned(),
+    )))
+}
+
+/// Refused rather than falling back to the local state, where the tokens
+/// would be made for no deployment that reads them.
+#[cfg(not(feature = "aws"))]
+async fn dynamodb_store(_: &str) -> Result<Arc<dyn StateStore>> {
+    bail!(
+        "--dynamodb-table: {}",
+        crate::runners::left_out("aws", "reads and writes DynamoDB tables")
+    )
 }
 
 fn scope_list(scopes: &[vergence_model::Scope]) -> String {

@@ -12,6 +12,10 @@
 //! A container on ECS or Cloud Run cannot reach files on this machine, so
 //! plans handed between its jobs need a bucket (`--artifact-bucket`); jobs
 //! without files run without one.
+//!
+//! A build without the `aws` or `cloud-run` feature has no such runner;
+//! its jobs wait with a reason saying which build runs them (and
+//! `--artifact-bucket` is refused when the arguments are parsed).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +32,7 @@ use crate::args::RunnerArgs;
 /// The runners of this machine; `deployment` names the command, for
 /// reasons; `local` is the local runner, `artifacts` where container
 /// runners keep job files unless a bucket is given, and `sink` where the
-/// first-class ECS runtime reports what it did.
+/// first-class runtimes report what they did.
 pub fn router(
     args: &RunnerArgs,
     deployment: &str,
@@ -36,101 +40,195 @@ pub fn router(
     artifacts: Arc<dyn ArtifactStore>,
     sink: Arc<dyn JobResultSink>,
 ) -> RunnerRouter {
-    let ecs_sink = sink.clone();
-    let ecs_services = Lazy::new(RunnerKind::Ecs, move || {
-        let sink = ecs_sink.clone();
-        Box::pin(async move {
-            let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .load()
-                .await;
-            let services = vergence_runner_ecs::EcsServices::new(
-                vergence_runner_ecs::EcsClients::new(
-                    aws_sdk_ecs::Client::new(&aws),
-                    aws_sdk_cloudwatchlogs::Client::new(&aws),
-                ),
-                sink,
-            );
-            Ok(Arc::new(services) as Arc<dyn Runner>)
-        })
-    });
-    let bucket = args.artifact_bucket.clone();
-    let ecs_artifacts = artifacts.clone();
-    let ecs = Lazy::new(RunnerKind::Ecs, move || {
-        let (bucket, artifacts) = (bucket.clone(), ecs_artifacts.clone());
-        Box::pin(async move {
-            let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .load()
-                .await;
-            let artifacts = with_bucket(&aws, bucket, artifacts);
-            let runner = vergence_runner_ecs::EcsRunner::new(
-                vergence_runner_ecs::EcsClients::new(
-                    aws_sdk_ecs::Client::new(&aws),
-                    aws_sdk_cloudwatchlogs::Client::new(&aws),
-                ),
-                artifacts,
-                vergence_runner_ecs::EcsSettings::default(),
-            );
-            Ok(Arc::new(runner) as Arc<dyn Runner>)
-        })
-    });
-    let services_sink = sink.clone();
-    let cloud_run_services = Lazy::new(RunnerKind::CloudRun, move || {
-        let sink = services_sink.clone();
-        Box::pin(async move {
-            let clients =
-                vergence_runner_cloud_run::CloudRunClients::from_application_default_credentials()
-                    .await
-                    .map_err(|e| e.to_string())?;
-            let services = vergence_runner_cloud_run::CloudRunServices::new(clients, sink);
-            Ok(Arc::new(services) as Arc<dyn Runner>)
-        })
-    });
-    let bucket = args.artifact_bucket.clone();
-    let cloud_run = Lazy::new(RunnerKind::CloudRun, move || {
-        let (bucket, artifacts) = (bucket.clone(), artifacts.clone());
-        Box::pin(async move {
-            let clients =
-                vergence_runner_cloud_run::CloudRunClients::from_application_default_credentials()
-                    .await
-                    .map_err(|e| e.to_string())?;
-            // Files go through S3 here too: the bucket is the caller's.
-            let artifacts = match bucket {
-                Some(_) => {
-                    let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                        .load()
-                        .await;
-                    with_bucket(&aws, bucket, artifacts)
-                }
-                None => artifacts,
-            };
-            let runner = vergence_runner_cloud_run::CloudRunRunner::new(
-                clients,
-                artifacts,
-                vergence_runner_cloud_run::CloudRunSettings::default(),
-            );
-            Ok(Arc::new(runner) as Arc<dyn Runner>)
-        })
-    });
-    RunnerRouter::new(deployment)
-        .with(RunnerKind::Local, local)
-        .with(RunnerKind::Ecs, Arc::new(ecs))
-        .with(RunnerKind::CloudRun, Arc::new(cloud_run))
-        .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services))
-        .with_builtin(BuiltinPlatform::CloudRun, Arc::new(cloud_run_services))
+    let router = RunnerRouter::new(deployment).with(RunnerKind::Local, local);
+    let router = aws::route(router, args, artifacts.clone(), sink.clone());
+    cloud_run::route(router, args, artifacts, sink)
 }
 
-fn with_bucket(
-    aws: &aws_config::SdkConfig,
-    bucket: Option<String>,
-    artifacts: Arc<dyn ArtifactStore>,
-) -> Arc<dyn ArtifactStore> {
-    match bucket {
-        Some(bucket) => Arc::new(vergence_aws::S3ArtifactStore::new(
-            aws_sdk_s3::Client::new(aws),
-            bucket,
-            "",
-        )),
-        None => artifacts,
+/// Why something this build left out cannot be used, and how to get a
+/// build that has it.
+pub fn left_out(feature: &str, what: &str) -> String {
+    format!(
+        "this vergence was built without the `{feature}` feature, which {what}; \
+         install the full build (the default features: `cargo install --path cli`) to use it"
+    )
+}
+
+#[cfg(feature = "aws")]
+mod aws {
+    use super::*;
+
+    /// ECS tasks, and the first-class ECS runtime's API calls.
+    pub fn route(
+        router: RunnerRouter,
+        args: &RunnerArgs,
+        artifacts: Arc<dyn ArtifactStore>,
+        sink: Arc<dyn JobResultSink>,
+    ) -> RunnerRouter {
+        let services = Lazy::new(RunnerKind::Ecs, move || {
+            let sink = sink.clone();
+            Box::pin(async move {
+                let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                let services = vergence_runner_ecs::EcsServices::new(
+                    vergence_runner_ecs::EcsClients::new(
+                        aws_sdk_ecs::Client::new(&aws),
+                        aws_sdk_cloudwatchlogs::Client::new(&aws),
+                    ),
+                    sink,
+                );
+                Ok(Arc::new(services) as Arc<dyn Runner>)
+            })
+        });
+        let bucket = args.artifact_bucket.clone();
+        let tasks = Lazy::new(RunnerKind::Ecs, move || {
+            let (bucket, artifacts) = (bucket.clone(), artifacts.clone());
+            Box::pin(async move {
+                let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                let artifacts = with_bucket(&aws, bucket, artifacts);
+                let runner = vergence_runner_ecs::EcsRunner::new(
+                    vergence_runner_ecs::EcsClients::new(
+                        aws_sdk_ecs::Client::new(&aws),
+                        aws_sdk_cloudwatchlogs::Client::new(&aws),
+                    ),
+                    artifacts,
+                    vergence_runner_ecs::EcsSettings::default(),
+                );
+                Ok(Arc::new(runner) as Arc<dyn Runner>)
+            })
+        });
+        router
+            .with(RunnerKind::Ecs, Arc::new(tasks))
+            .with_builtin(BuiltinPlatform::Ecs, Arc::new(services))
+    }
+
+    fn with_bucket(
+        aws: &aws_config::SdkConfig,
+        bucket: Option<String>,
+        artifacts: Arc<dyn ArtifactStore>,
+    ) -> Arc<dyn ArtifactStore> {
+        match bucket {
+            Some(bucket) => Arc::new(vergence_aws::S3ArtifactStore::new(
+                aws_sdk_s3::Client::new(aws),
+                bucket,
+                "",
+            )),
+            None => artifacts,
+        }
+    }
+
+    /// Where Cloud Run jobs keep files: the caller's S3 bucket, if given.
+    #[cfg(feature = "cloud-run")]
+    pub async fn cloud_run_files(
+        bucket: Option<String>,
+        artifacts: Arc<dyn ArtifactStore>,
+    ) -> Arc<dyn ArtifactStore> {
+        match bucket {
+            Some(_) => {
+                let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                with_bucket(&aws, bucket, artifacts)
+            }
+            None => artifacts,
+        }
+    }
+}
+
+#[cfg(not(feature = "aws"))]
+mod aws {
+    use super::*;
+
+    /// No ECS: its jobs, task or first-class runtime, wait saying why.
+    pub fn route(
+        router: RunnerRouter,
+        _: &RunnerArgs,
+        _: Arc<dyn ArtifactStore>,
+        _: Arc<dyn JobResultSink>,
+    ) -> RunnerRouter {
+        let why = left_out("aws", "runs ECS jobs");
+        router.without(RunnerKind::Ecs, why.clone()).with_builtin(
+            BuiltinPlatform::Ecs,
+            Arc::new(Lazy::never(RunnerKind::Ecs, why)),
+        )
+    }
+
+    /// There is no bucket: the argument parser refuses one in this build,
+    /// which has no S3 to keep files in.
+    #[cfg(feature = "cloud-run")]
+    pub async fn cloud_run_files(
+        _: Option<String>,
+        artifacts: Arc<dyn ArtifactStore>,
+    ) -> Arc<dyn ArtifactStore> {
+        artifacts
+    }
+}
+
+#[cfg(feature = "cloud-run")]
+mod cloud_run {
+    use super::*;
+
+    /// Cloud Run jobs, and the first-class Cloud Run runtime's API calls.
+    pub fn route(
+        router: RunnerRouter,
+        args: &RunnerArgs,
+        artifacts: Arc<dyn ArtifactStore>,
+        sink: Arc<dyn JobResultSink>,
+    ) -> RunnerRouter {
+        let services = Lazy::new(RunnerKind::CloudRun, move || {
+            let sink = sink.clone();
+            Box::pin(async move {
+                let clients = vergence_runner_cloud_run::CloudRunClients::from_application_default_credentials()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let services = vergence_runner_cloud_run::CloudRunServices::new(clients, sink);
+                Ok(Arc::new(services) as Arc<dyn Runner>)
+            })
+        });
+        let bucket = args.artifact_bucket.clone();
+        let jobs = Lazy::new(RunnerKind::CloudRun, move || {
+            let (bucket, artifacts) = (bucket.clone(), artifacts.clone());
+            Box::pin(async move {
+                let clients = vergence_runner_cloud_run::CloudRunClients::from_application_default_credentials()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Files go through S3 here too: the bucket is the caller's.
+                let artifacts = aws::cloud_run_files(bucket, artifacts).await;
+                let runner = vergence_runner_cloud_run::CloudRunRunner::new(
+                    clients,
+                    artifacts,
+                    vergence_runner_cloud_run::CloudRunSettings::default(),
+                );
+                Ok(Arc::new(runner) as Arc<dyn Runner>)
+            })
+        });
+        router
+            .with(RunnerKind::CloudRun, Arc::new(jobs))
+            .with_builtin(BuiltinPlatform::CloudRun, Arc::new(services))
+    }
+}
+
+#[cfg(not(feature = "cloud-run"))]
+mod cloud_run {
+    use super::*;
+
+    /// No Cloud Run: its jobs, of either kind, wait saying why.
+    pub fn route(
+        router: RunnerRouter,
+        _: &RunnerArgs,
+        _: Arc<dyn ArtifactStore>,
+        _: Arc<dyn JobResultSink>,
+    ) -> RunnerRouter {
+        let why = left_out("cloud-run", "runs Cloud Run jobs");
+        router
+            .without(RunnerKind::CloudRun, why.clone())
+            .with_builtin(
+                BuiltinPlatform::CloudRun,
+                Arc::new(Lazy::never(RunnerKind::CloudRun, why)),
+            )
     }
 }
 
@@ -155,6 +253,17 @@ impl Lazy {
             make: Box::new(make),
             made: OnceCell::new(),
         }
+    }
+
+    /// A runner this build cannot make, for `why`: for first-class runtimes,
+    /// whose jobs go by platform, where `RunnerRouter::without` does not
+    /// reach (it would say only "built without them").
+    #[cfg(not(all(feature = "aws", feature = "cloud-run")))]
+    fn never(kind: RunnerKind, why: String) -> Self {
+        Self::new(kind, move || {
+            let why = why.clone();
+            Box::pin(async move { Err(why) })
+        })
     }
 
     async fn runner(&self) -> vergence_model::Result<&Arc<dyn Runner>> {

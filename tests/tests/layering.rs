@@ -1,6 +1,7 @@
 //! The layering of docs/architecture.md, checked against the Cargo.toml
 //! files: the core crates depend on nothing of ours they must not, and
-//! never on a YAML, HTTP or cloud library.
+//! never on a YAML, HTTP or cloud library; and the local CLI, built without
+//! its cloud features, compiles no cloud SDK (checked with `cargo tree`).
 
 use std::path::Path;
 
@@ -122,4 +123,90 @@ fn only_the_agent_talks_to_kubernetes() {
             "vergence-container",
         ],
     );
+}
+
+/// The crates of `vergence-cli`'s build (not its tests) with `features`
+/// (cargo arguments), from `cargo tree`: resolved, nothing compiled.
+fn cli_crates(features: &[&str]) -> std::collections::BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = std::process::Command::new(cargo)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .args(["tree", "-p", "vergence-cli", "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .args(features)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        output.status.success(),
+        "cargo tree {features:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The cloud SDKs and the crates built on them, by name prefix.
+const CLOUD_SDKS: &[&str] = &[
+    "aws-",
+    "google-",
+    "kube",
+    "k8s-openapi",
+    "vergence-aws",
+    "vergence-runner-ecs",
+    "vergence-runner-cloud-run",
+];
+
+/// Cloud crates among `crates`. aws-lc is no SDK: it is rustls's crypto,
+/// which reqwest (the `--endpoint` client) brings to every build.
+fn cloud_crates(crates: &std::collections::BTreeSet<String>) -> Vec<&String> {
+    crates
+        .iter()
+        .filter(|c| CLOUD_SDKS.iter().any(|sdk| c.starts_with(sdk)))
+        .filter(|c| !c.starts_with("aws-lc-"))
+        .collect()
+}
+
+#[test]
+fn the_local_cli_builds_without_any_cloud_sdk() {
+    let local = cli_crates(&["--no-default-features"]);
+    assert!(local.contains("vergence-runner-local"), "{local:?}");
+    assert_eq!(
+        cloud_crates(&local),
+        Vec::<&String>::new(),
+        "`cargo build -p vergence-cli --no-default-features` compiles a cloud SDK"
+    );
+}
+
+#[test]
+fn each_cloud_feature_brings_only_its_own_sdk() {
+    let aws = cli_crates(&["--no-default-features", "--features", "aws"]);
+    assert!(aws.contains("aws-sdk-ecs") && aws.contains("vergence-runner-ecs"));
+    assert!(!aws.iter().any(|c| c.starts_with("google-")), "{aws:?}");
+    let cloud_run = cli_crates(&["--no-default-features", "--features", "cloud-run"]);
+    assert!(cloud_run.contains("vergence-runner-cloud-run"));
+    assert!(
+        !cloud_run
+            .iter()
+            .any(|c| c.starts_with("aws-sdk-") || c.starts_with("aws-config")),
+        "{cloud_run:?}"
+    );
+}
+
+#[test]
+fn the_default_cli_is_the_whole_product() {
+    let full = cli_crates(&[]);
+    for sdk in [
+        "aws-config",
+        "aws-sdk-dynamodb",
+        "aws-sdk-ecs",
+        "aws-sdk-s3",
+        "vergence-aws",
+        "vergence-runner-ecs",
+        "vergence-runner-cloud-run",
+    ] {
+        assert!(full.contains(sdk), "the default build lacks {sdk}");
+    }
 }
