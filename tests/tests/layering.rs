@@ -135,7 +135,7 @@ fn cli_crates(features: &[&str]) -> std::collections::BTreeSet<String> {
         .args(["--prefix", "none", "--format", "{p}"])
         .args(features)
         .output()
-        .expect("cargo tree runs");
+        .unwrap_or_else(|e| panic!("cargo tree does not run: {e}"));
     assert!(
         output.status.success(),
         "cargo tree {features:?}: {}",
