@@ -24,7 +24,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 use vergence_engine::RunnerRouter;
-use vergence_model::ports::{ArtifactStore, Availability, JobProgress, JobResultSink, Runner};
+use vergence_model::ports::{
+    ArtifactStore, Availability, JobProgress, JobResultSink, Runner, Started,
+};
 use vergence_model::{BuiltinPlatform, JobHandle, JobRecord, RunnerKind, RunnerSpec};
 
 use crate::args::RunnerArgs;
@@ -279,6 +281,10 @@ impl Lazy {
 impl Runner for Lazy {
     async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
         self.runner().await?.dispatch(job).await
+    }
+
+    async fn start(&self, job: &JobRecord) -> vergence_model::Result<Started> {
+        self.runner().await?.start(job).await
     }
 
     async fn poll(&self, job: &JobRecord) -> vergence_model::Result<JobProgress> {

@@ -95,6 +95,8 @@ pub struct Harness {
     /// The same table and queue over direct clients: what the test reads
     /// to judge the outcome is not itself under faults.
     observer: Deployment,
+    /// The observer's DynamoDB client, for reading items as stored.
+    dynamodb: aws_sdk_dynamodb::Client,
 }
 
 /// Fault-injecting proxies in front of both stand-ins.
@@ -186,22 +188,10 @@ impl Harness {
         ecs: Option<aws_sdk_ecs::Client>,
         faults: Option<FaultInjection>,
     ) -> Self {
-        let mut dynamodb = dynamodb_client(dynamodb_url).await;
+        let dynamodb = dynamodb_client(dynamodb_url).await;
         let table = unique_name("vergence-e2e");
         DynamoStore::create_table(&dynamodb, &table).await.unwrap();
-        let mut sqs = aws_sdk_sqs::Client::new(&sdk_config(sqs_url).await);
-        if let Some(counter) = counter {
-            dynamodb = aws_sdk_dynamodb::Client::from_conf(
-                dynamodb
-                    .config()
-                    .to_builder()
-                    .interceptor(counter.clone())
-                    .build(),
-            );
-            sqs = aws_sdk_sqs::Client::from_conf(
-                sqs.config().to_builder().interceptor(counter).build(),
-            );
-        }
+        let sqs = aws_sdk_sqs::Client::new(&sdk_config(sqs_url).await);
         let queue_url = sqs
             .create_queue()
             .queue_name(unique_name("vergence-work"))
@@ -237,13 +227,20 @@ impl Harness {
             job_timeout_margin: Duration::from_secs(5),
         };
         let observer = Deployment::with_clock(direct.clone(), config.clone(), clock.clone());
-        let deployment = match &faults {
-            Some(faults) => Deployment::with_clock(
+        let direct_dynamodb = direct.dynamodb.clone();
+        let deployment = match (&faults, counter) {
+            (Some(faults), _) => Deployment::with_clock(
                 proxied_clients(&faults.dynamodb.url(), &faults.moto.url(), direct).await,
                 config,
                 clock,
             ),
-            None => observer.clone(),
+            // Only the deployment's own requests are counted: the harness's
+            // status reads and its receive/delete calls are not what a
+            // deployment pays for.
+            (None, Some(counter)) => {
+                Deployment::with_clock(counted_clients(direct, counter), config, clock)
+            }
+            (None, None) => observer.clone(),
         };
         Self {
             deployment,
@@ -255,6 +252,7 @@ impl Harness {
             faults,
             dead_letter_queue_url,
             observer,
+            dynamodb: direct_dynamodb,
         }
     }
 
@@ -374,6 +372,44 @@ impl Harness {
         }
     }
 
+    /// Delivers what the queue holds to `worker`, and what its steps enqueue
+    /// in turn, until a receive comes back empty; never runs the scheduler,
+    /// so what the steps cost is all that happens. Returns the messages
+    /// delivered.
+    pub async fn deliver_until_idle(&mut self, worker: &Worker) -> usize {
+        let mut delivered = 0;
+        loop {
+            let event = self.receive(Duration::from_secs(1)).await;
+            if event.records.is_empty() {
+                return delivered;
+            }
+            delivered += event.records.len();
+            let response = self.deliver(worker, event).await;
+            assert!(response.batch_item_failures.is_empty(), "a step failed");
+        }
+    }
+
+    /// Every job item in the table (not the parts a large body spills
+    /// into), read past the deployment's clients.
+    pub async fn job_items(&self) -> Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let items: Vec<_> = self
+            .dynamodb
+            .scan()
+            .table_name(&self.observer.config.table)
+            .filter_expression("begins_with(#pk, :job) AND #sk = :sk")
+            .expression_attribute_names("#pk", vergence_aws::dynamo::table::PK)
+            .expression_attribute_names("#sk", vergence_aws::dynamo::table::SK)
+            .expression_attribute_values(":job", AttributeValue::S("job#".into()))
+            .expression_attribute_values(":sk", AttributeValue::S("job".into()))
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Vec<_>>()
+            .await;
+        items.into_iter().map(Result::unwrap).collect()
+    }
+
     /// Every event recorded, as the store lists them.
     pub async fn events(&self) -> Vec<Event> {
         self.observer
@@ -436,6 +472,27 @@ impl Harness {
             }
             deliver(self, event).await;
         }
+    }
+}
+
+/// The same clients with every DynamoDB and SQS request counted.
+fn counted_clients(direct: AwsClients, counter: wire::RequestCounter) -> AwsClients {
+    let dynamodb = direct
+        .dynamodb
+        .config()
+        .to_builder()
+        .interceptor(counter.clone())
+        .build();
+    let sqs = direct
+        .sqs
+        .config()
+        .to_builder()
+        .interceptor(counter)
+        .build();
+    AwsClients {
+        dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb),
+        sqs: aws_sdk_sqs::Client::from_conf(sqs),
+        ..direct
     }
 }
 

@@ -339,23 +339,74 @@ async fn worker_dies_at_first_apply(ran_before_dying: bool) {
     );
 }
 
-/// Measures what one apply-only instance costs, in requests at the wire,
-/// from a pushed release to CONVERGED (reported in docs/serverless.md).
-/// The test harness's own receive/delete calls stand in for Lambda's event
-/// source mapping and are counted separately.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_per_apply_only_instance_from_release_to_converged() {
-    let Some((dynamodb, sqs)) = endpoints() else {
-        return;
+/// Requests the deployment sent, by `Service.Operation`, as one line a
+/// benchmark script can grep: `BENCH <name> dynamodb=… sqs_sends=… <op>=…`.
+/// SQS sends are requests (SendMessage and SendMessageBatch), which is what
+/// SQS bills, however many messages each carries.
+fn bench(name: &str, counts: &BTreeMap<String, usize>) -> (usize, usize) {
+    let of = |service: &str| -> usize {
+        counts
+            .iter()
+            .filter(|(op, _)| op.starts_with(service))
+            .map(|(_, n)| n)
+            .sum()
     };
+    let dynamodb = of("DynamoDB.");
+    let sqs_sends = of("SQS.SendMessage");
+    let ops: Vec<String> = counts.iter().map(|(op, n)| format!("{op}={n}")).collect();
+    println!(
+        "BENCH {name} dynamodb={dynamodb} sqs_sends={sqs_sends} {}",
+        ops.join(" ")
+    );
+    (dynamodb, sqs_sends)
+}
+
+/// `counts` is exactly `expected`: a change in what a phase costs shows as
+/// a failed test, up or down, and the expectation is updated on purpose.
+fn assert_counts(phase: &str, counts: &BTreeMap<String, usize>, expected: &[(&str, usize)]) {
+    let expected: BTreeMap<String, usize> = expected
+        .iter()
+        .map(|(op, n)| ((*op).to_owned(), *n))
+        .collect();
+    assert_eq!(counts, &expected, "requests of {phase} changed");
+}
+
+/// An apply-only runtime writing the version it applied to `applied` in
+/// each release channel's directory, and the channels it runs in (each
+/// after the one before it is stable).
+fn apply_only_config(dir: &std::path::Path, channels: &[&str]) {
+    let mut application = String::from("application:\n  name: shop\n  releaseChannels:\n");
+    let mut upstream: Option<&str> = None;
+    for channel in channels {
+        application.push_str(&format!(
+            "    - name: {channel}\n      runtimes: [{{runtime: touch}}]\n"
+        ));
+        if let Some(upstream) = upstream {
+            application.push_str(&format!(
+                "      preconditions:\n        - releaseChannelStable: {{releaseChannel: {upstream}}}\n"
+            ));
+        }
+        upstream = Some(channel);
+    }
+    std::fs::write(
+        dir.join("vergence.yaml"),
+        format!(
+            "runtime:\n  name: touch\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > applied-$VERGENCE_RELEASE_CHANNEL']\n---\n{application}---\nservice:\n  name: api\n  runtime: touch\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// What a release of an apply-only service costs, counted at the wire: the
+/// push (API) and the worker's steps from there to CONVERGED in every
+/// channel. The event source mapping's receive and delete, the test's own
+/// status reads and the scheduler (never needed here) are not counted.
+async fn release_costs(channels: &[&str]) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let (dynamodb, sqs) = endpoints().unwrap();
     let counter = vergence_e2e::wire::RequestCounter::default();
     let mut h = Harness::start_with(&dynamodb, &sqs, None, Some(counter.clone())).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("vergence.yaml"),
-        "runtime:\n  name: touch\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > applied']\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: touch}]\n---\nservice:\n  name: api\n  runtime: touch\n",
-    )
-    .unwrap();
+    apply_only_config(dir.path(), channels);
     h.control()
         .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
@@ -377,30 +428,211 @@ async fn requests_per_apply_only_instance_from_release_to_converged() {
         )
         .await
         .unwrap();
-    let release = counter.snapshot();
+    let push = counter.snapshot();
     counter.reset();
+    h.deliver_until_idle(&worker).await;
+    let steps = counter.snapshot();
+    for instance in h.instances().await {
+        assert_eq!(instance.state.status, Status::Converged, "{}", instance.key);
+        assert_eq!(instance.state.current_version.unwrap().as_str(), "v2");
+    }
+    for channel in channels {
+        let applied = std::fs::read_to_string(dir.path().join(format!("applied-{channel}")));
+        assert_eq!(applied.unwrap().trim(), "v2");
+    }
+    (push, steps)
+}
+
+/// What one apply-only instance costs from a pushed release to CONVERGED
+/// (reported in docs/serverless.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_apply_only_instance_from_release_to_converged() {
+    if endpoints().is_none() {
+        return;
+    }
+    let (push, steps) = release_costs(&["prod"]).await;
+    bench("serverless_release_push", &push);
+    bench("serverless_release_to_converged", &steps);
+    assert_counts("the release push", &push, PUSH_ONE_CHANNEL);
+    assert_counts("the steps to CONVERGED", &steps, STEPS_ONE_CHANNEL);
+}
+
+/// The same through two channels, prod waiting for staging to be stable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_instance_from_release_through_staging_to_prod() {
+    if endpoints().is_none() {
+        return;
+    }
+    let (push, steps) = release_costs(&["staging", "prod"]).await;
+    let (push_dynamodb, push_sqs) = bench("serverless_release_push_two_channels", &push);
+    let (dynamodb, sqs) = bench("serverless_staging_to_prod", &steps);
+    println!(
+        "BENCH serverless_staging_to_prod_per_instance dynamodb={} sqs_sends={}",
+        (push_dynamodb + dynamodb) as f64 / 2.0,
+        (push_sqs + sqs) as f64 / 2.0
+    );
+    assert_counts("the release push", &push, PUSH_TWO_CHANNELS);
+    assert_counts("the steps to CONVERGED", &steps, STEPS_TWO_CHANNELS);
+}
+
+/// Pushing a release (API): the release, the service's latest pointer, the
+/// instance's new desired state with its event, and a message to step it.
+const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
+    ("DynamoDB.BatchWriteItem", 1),
+    ("DynamoDB.GetItem", 4),
+    ("DynamoDB.PutItem", 1),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("DynamoDB.UpdateItem", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+/// One step: read the instance, commit the apply job, claim it, run it
+/// inline, record its result, commit CONVERGED. No deadline check is sent
+/// for the apply, which ended in the step.
+const STEPS_ONE_CHANNEL: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 1),
+    ("DynamoDB.TransactWriteItems", 2),
+    ("DynamoDB.UpdateItem", 2),
+];
+const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
+    ("DynamoDB.BatchWriteItem", 1),
+    ("DynamoDB.GetItem", 5),
+    ("DynamoDB.PutItem", 2),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("DynamoDB.UpdateItem", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+/// Each channel as above, plus a step of prod from the push, in which it
+/// records that it waits for staging, the reads of staging behind prod's
+/// precondition, and staging's wake of prod.
+const STEPS_TWO_CHANNELS: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 6),
+    ("DynamoDB.TransactWriteItems", 5),
+    ("DynamoDB.UpdateItem", 4),
+    ("SQS.SendMessageBatch", 1),
+];
+/// One query per due-index shard, one message for the due instance.
+const SCHEDULER_ONE_DUE: &[(&str, usize)] = &[("DynamoDB.Query", 8), ("SQS.SendMessageBatch", 1)];
+/// Read the instance, commit the fetch job, claim it, run it inline,
+/// record its result, store the observation (no event: nothing changed),
+/// and send the next poll's message.
+const ONE_STEADY_STATE_POLL: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 1),
+    ("DynamoDB.PutItem", 1),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("DynamoDB.UpdateItem", 2),
+    ("SQS.SendMessageBatch", 1),
+];
+
+/// A converged instance of a runtime with an exit-code fetch (which finds
+/// nothing to do) polled every 5 minutes, on a manual clock; the queue's
+/// delayed messages stay out of the way (moto delays them in real time), so
+/// each poll is the scheduler's message and what its steps enqueue.
+async fn steadily_polled(
+    counter: &vergence_e2e::wire::RequestCounter,
+) -> (Harness, Worker, tempfile::TempDir) {
+    let (dynamodb, sqs) = endpoints().unwrap();
+    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+    let mut h = Harness::start_with(&dynamodb, &sqs, Some(clock), Some(counter.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vergence.yaml"),
+        "runtime:\n  name: checked\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo applied > applied']\n  fetch:\n    mode: exitCode\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'exit 0']\n    pollInterval: 2s\n    steadyStatePollInterval: 5m\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: checked}]\n---\nservice:\n  name: api\n  runtime: checked\n",
+    )
+    .unwrap();
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
     h.converge(Duration::from_secs(60), async |h, event| {
         h.deliver(&worker, event).await;
     })
     .await;
-    let mut converge = counter.snapshot();
-    // The harness's own calls (what Lambda's SQS integration does).
-    let mapping: usize = ["SQS.ReceiveMessage", "SQS.DeleteMessage"]
+    (h, worker, dir)
+}
+
+/// Makes the next poll due and runs it: the scheduler's request counted
+/// apart from the worker's. Returns (scheduler, worker) requests.
+async fn poll_once(
+    h: &mut Harness,
+    worker: &Worker,
+    counter: &vergence_e2e::wire::RequestCounter,
+) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    h.manual
+        .as_ref()
+        .unwrap()
+        .advance(jiff::SignedDuration::from_secs(5 * 60 + 1));
+    counter.reset();
+    assert_eq!(h.schedule().await, 1, "the poll is due");
+    let scheduler = counter.snapshot();
+    counter.reset();
+    assert!(h.deliver_until_idle(worker).await >= 1);
+    let steps = counter.snapshot();
+    let instances = h.instances().await;
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].state.status, Status::Converged);
+    assert!(instances[0].state.in_flight.is_none(), "the fetch ended");
+    (scheduler, steps)
+}
+
+/// What one steady-state poll of a converged instance costs: a fetch that
+/// finds nothing to do, run inline by the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_steady_state_poll_with_a_fetch() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) = steadily_polled(&counter).await;
+    // The first poll after converging is a poll like any other, but one
+    // more makes sure nothing of the convergence is left in it.
+    poll_once(&mut h, &worker, &counter).await;
+    let (scheduler, steps) = poll_once(&mut h, &worker, &counter).await;
+    bench("serverless_scheduler_one_due", &scheduler);
+    bench("serverless_poll", &steps);
+    assert_counts("the scheduler", &scheduler, SCHEDULER_ONE_DUE);
+    assert_counts("a steady-state poll", &steps, ONE_STEADY_STATE_POLL);
+}
+
+/// Every poll records a fetch job. Ended jobs must not pile up: each job
+/// item is given a TTL when it ends (DynamoDB deletes it one event
+/// retention later), and none is left without one once its poll is over,
+/// so the table holds at most a retention's worth of polls per instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_items_of_steady_state_polls_all_expire() {
+    if endpoints().is_none() {
+        return;
+    }
+    const POLLS: usize = 20;
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) = steadily_polled(&counter).await;
+    let before = h.job_items().await.len();
+    for _ in 0..POLLS {
+        poll_once(&mut h, &worker, &counter).await;
+    }
+    let items = h.job_items().await;
+    let ttl = vergence_aws::dynamo::table::TTL;
+    // Jobs' TTLs are set from the machine's clock, not the manual one.
+    let latest =
+        jiff::Timestamp::now().as_second() + vergence_aws::DEFAULT_EVENT_RETENTION.as_secs() + 60;
+    let without_ttl = items
         .iter()
-        .filter_map(|op| converge.remove(*op))
-        .sum();
-    // The convergence check itself reads status: not part of the cost.
-    let total = |m: &BTreeMap<String, usize>| m.values().sum::<usize>();
-    println!("release push: {} requests {release:?}", total(&release));
+        .filter(|item| {
+            let Some(aws_sdk_dynamodb::types::AttributeValue::N(at)) = item.get(ttl) else {
+                return true;
+            };
+            assert!(
+                at.parse::<i64>().unwrap() <= latest,
+                "expires too late: {at}"
+            );
+            false
+        })
+        .count();
     println!(
-        "release to CONVERGED: {} requests {converge:?} (+{mapping} receive/delete by the event source mapping)",
-        total(&converge)
+        "BENCH serverless_job_rows polls={POLLS} job_items={} new_job_items={} without_ttl={without_ttl}",
+        items.len(),
+        items.len() - before
     );
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("applied"))
-            .unwrap()
-            .trim(),
-        "v2"
-    );
-    assert!(total(&converge) < 40, "cost regression: {converge:?}");
+    assert_eq!(items.len() - before, POLLS, "one fetch job per poll");
+    assert_eq!(without_ttl, 0, "every ended job expires");
 }

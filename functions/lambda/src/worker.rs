@@ -1,7 +1,7 @@
 //! The worker: one convergence step per SQS message. Jobs of the local
 //! runner run inside the invocation, bounded well under the function's
-//! deadline, and report through the same path as every asynchronous runner
-//! (the job record, then a message for the instance). Jobs of ECS and Cloud
+//! deadline, and their results go back to the step that started them,
+//! which records each and decides on it at once. Jobs of ECS and Cloud
 //! Run runtimes are only started here: the step returns at once, and a later
 //! step reads the result.
 //!
@@ -29,7 +29,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
-use vergence_model::ports::{JobStore, Runner};
+use vergence_model::ports::{JobStore, Runner, Started};
 use vergence_model::{BuiltinPlatform, InstanceKey, JobHandle, JobRecord, RunnerKind};
 use vergence_runner_cloud_run::CloudRunServices;
 use vergence_runner_ecs::{EcsServices, task_state_change};
@@ -274,11 +274,13 @@ struct BoundedRunner {
     margin: Duration,
 }
 
-#[async_trait]
-impl Runner for BoundedRunner {
-    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
+impl BoundedRunner {
+    /// The job with its timeout cut to what is left of the invocation;
+    /// refused when too little is left to start it.
+    fn bounded(&self, job: &JobRecord) -> vergence_model::Result<JobRecord> {
+        let mut bounded = job.clone();
         let Some(deadline) = self.deadline else {
-            return self.inner.dispatch(job).await;
+            return Ok(bounded);
         };
         let left = deadline
             .saturating_duration_since(Instant::now())
@@ -289,11 +291,23 @@ impl Runner for BoundedRunner {
                 message: "too little time left in this invocation to start the job".into(),
             });
         }
-        let mut bounded = job.clone();
         let left = jiff::SignedDuration::try_from(left).unwrap_or(jiff::SignedDuration::MAX);
         if left < bounded.spec.timeout {
             bounded.spec.timeout = left;
         }
-        self.inner.dispatch(&bounded).await
+        Ok(bounded)
+    }
+}
+
+#[async_trait]
+impl Runner for BoundedRunner {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
+        self.inner.dispatch(&self.bounded(job)?).await
+    }
+
+    /// The result comes back to the step, which records it with its next
+    /// decision instead of stepping the instance again through the queue.
+    async fn start(&self, job: &JobRecord) -> vergence_model::Result<Started> {
+        self.inner.start(&self.bounded(job)?).await
     }
 }

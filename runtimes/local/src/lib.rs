@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::Timestamp;
 use tokio::sync::Semaphore;
-use vergence_model::ports::{ArtifactStore, JobProgress, JobResultSink, Runner};
+use vergence_model::ports::{ArtifactStore, JobProgress, JobResultSink, Runner, Started};
 use vergence_model::{Error, Result};
 use vergence_model::{JobHandle, JobOutcome, JobRecord, JobResult, RunnerSpec};
 
@@ -60,7 +60,8 @@ enum Mode {
     /// Jobs run in spawned tasks, at most as many at once as the semaphore
     /// has permits.
     Background(Arc<Semaphore>),
-    /// Jobs run inside `dispatch`.
+    /// Jobs run inside `dispatch` (result to the sink) or `start` (result
+    /// to the caller).
     Inline,
 }
 
@@ -82,8 +83,8 @@ impl LocalRunner {
     }
 
     /// Jobs run inside `dispatch`, which returns once the result was handed
-    /// to `sink`. For a Lambda worker, which must not return before its work
-    /// is done.
+    /// to `sink`, or inside `start`, which returns the result. For a Lambda
+    /// worker, which must not return before its work is done.
     pub fn inline(sink: Arc<dyn JobResultSink>, artifacts: Arc<dyn ArtifactStore>) -> Self {
         Self::with_mode(sink, artifacts, Mode::Inline)
     }
@@ -135,18 +136,24 @@ impl fmt::Debug for LocalRunner {
     }
 }
 
+/// Refuses a job another kind of runner should run.
+fn check_local(job: &JobRecord) -> Result<()> {
+    if job.spec.runner == RunnerSpec::Local {
+        return Ok(());
+    }
+    Err(Error::Runner {
+        runner: "local".into(),
+        message: format!(
+            "this deployment has no {} runner; runtime jobs for it cannot run here",
+            job.spec.runner.name()
+        ),
+    })
+}
+
 #[async_trait]
 impl Runner for LocalRunner {
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
-        if job.spec.runner != RunnerSpec::Local {
-            return Err(Error::Runner {
-                runner: "local".into(),
-                message: format!(
-                    "this deployment has no {} runner; runtime jobs for it cannot run here",
-                    job.spec.runner.name()
-                ),
-            });
-        }
+        check_local(job)?;
         let Some(mut registration) = self.running.register(&job.id) else {
             // A redelivered dispatch: the job is already in hand.
             tracing::debug!(job = %job.id, "local job already running; adopted");
@@ -189,6 +196,27 @@ impl Runner for LocalRunner {
                 Ok(Some(self.me.handle()))
             }
         }
+    }
+
+    /// Inline, the job runs here and its result is handed back, not to the
+    /// sink: the caller records it. In the background, as `dispatch`.
+    async fn start(&self, job: &JobRecord) -> Result<Started> {
+        if !matches!(self.mode, Mode::Inline) {
+            return self.dispatch(job).await.map(Started::Running);
+        }
+        check_local(job)?;
+        let Some(mut registration) = self.running.register(&job.id) else {
+            tracing::debug!(job = %job.id, "local job already running; adopted");
+            return Ok(Started::Running(None));
+        };
+        let result = process::execute(
+            job,
+            self.artifacts.as_ref(),
+            &self.engines,
+            &mut registration.stop,
+        )
+        .await;
+        Ok(Started::Finished(result))
     }
 
     /// `Running` for a job this runner has in hand (queued or running);

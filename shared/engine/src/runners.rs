@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use vergence_model::ports::{Availability, JobProgress, Runner};
+use vergence_model::ports::{Availability, JobProgress, Runner, Started};
 use vergence_model::{
     BuiltinPlatform, Error, JobHandle, JobRecord, Result, RunnerKind, RunnerSpec,
 };
@@ -132,6 +132,10 @@ impl RunnerRouter {
 impl Runner for RunnerRouter {
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
         self.runner_of(job)?.dispatch(job).await
+    }
+
+    async fn start(&self, job: &JobRecord) -> Result<Started> {
+        self.runner_of(job)?.start(job).await
     }
 
     async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {

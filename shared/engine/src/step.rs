@@ -3,7 +3,9 @@
 //! Load, decide, persist (conditional on the revision read, with the new
 //! jobs and events in the same write), then dispatch. A job is recorded
 //! before it is dispatched and claimed before it is handed to a runner, so a
-//! redelivered message or a second worker never starts it twice.
+//! redelivered message or a second worker never starts it twice. A job its
+//! runner ran inline is decided on again in the same step, from what the
+//! step stored, so a local job costs one step instead of two.
 
 use std::sync::Arc;
 
@@ -15,12 +17,12 @@ use super::{Decision, Facts, RunnerRouter, Settled, UpstreamView, decide, settle
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
     ArtifactStore, Availability, Clock, InstanceChange, InstanceCommit, JobProgress, JobResultSink,
-    MAX_CONFLICT_RETRIES, Runner, StateStore, WorkItem, WorkQueue,
+    MAX_CONFLICT_RETRIES, Runner, Started, StateStore, WorkItem, WorkQueue,
 };
 use vergence_model::terraform::{self, PlanContent};
 use vergence_model::{
     Event, InstanceKey, InstanceRecord, JobId, JobOutcome, JobRecord, JobResult, JobState,
-    Precondition, ProtectionCheck, Status,
+    Precondition, ProtectionCheck, ReleaseChannelName, Status,
 };
 
 /// What one step did.
@@ -78,74 +80,133 @@ impl Engine {
     /// One convergence step for `key`. A decision that asks for a
     /// superseded job to be stopped is followed at once by the stop and a
     /// second decision, so the next version's job starts in the same step.
+    /// A job that ran inline (its runner ran it within the step) is decided
+    /// on at once too, from the instance as this step stored it: no read
+    /// back, no round trip through the queue, no deadline check for a job
+    /// that already ended.
     #[instrument(skip(self), fields(application = %key.application, service = %key.service, release_channel = %key.release_channel))]
     pub async fn step(&self, key: &InstanceKey) -> Result<StepReport> {
-        let mut events = Vec::new();
+        let mut progress = Progress::default();
         let mut conflicts = 0;
         let mut stopped = false;
+        // The instance as this step stored it, with its job in flight as it
+        // ended inline.
+        let mut known: Option<(InstanceRecord, JobRecord)> = None;
         loop {
-            let Some(record) = self.store.get_instance(key).await? else {
-                return Ok(StepReport::default());
+            let (record, job) = match known.take() {
+                Some((record, job)) => (record, Some(job)),
+                None => {
+                    let Some(record) = self.store.get_instance(key).await? else {
+                        self.schedule(key, None, &progress.wake).await?;
+                        return Ok(StepReport {
+                            events: progress.events,
+                            dispatched: progress.dispatched,
+                            ..StepReport::default()
+                        });
+                    };
+                    let job = self.in_flight_job(&record).await?;
+                    (record, job)
+                }
             };
-            self.redispatch_unclaimed(&record).await?;
             let now = self.clock.now();
-            let facts = self.facts(&record, now).await?;
+            let facts = self.facts(&record, job, now).await?;
             let decision = decide(&record, &facts);
             if decision.is_noop(&record) {
-                return Ok(StepReport {
-                    status: Some(record.state.status),
-                    events,
-                    next_check_at: record.next_check_at,
-                    settled: Some(settled(&record)),
-                    ..StepReport::default()
-                });
+                // After a result taken up inline, the last decision stored
+                // was never scheduled.
+                let next = record.next_check_at.filter(|_| progress.absorbed > 0);
+                self.schedule(key, next, &progress.wake).await?;
+                return Ok(progress.report(record.state.status, &record, record.next_check_at));
             }
             match self.persist(&record, &decision, now).await {
                 Ok((recorded, stored)) => {
-                    events.extend(recorded);
+                    progress.events.extend(recorded);
                     if !stopped && stopping(&decision) {
                         stopped = true;
                         continue;
                     }
-                    return self.act(key, &decision, stored, events, now).await;
+                    match self.act(key, &decision, stored, now, &mut progress).await {
+                        Ok(Then::DecideOn(record, job)) => known = Some((*record, *job)),
+                        Ok(Then::Done(report)) => return Ok(*report),
+                        Err(e) => return Err(self.failed_after(key, &progress, e).await),
+                    }
                 }
                 Err(Error::Conflict { what }) => {
                     conflicts += 1;
                     if conflicts >= MAX_CONFLICT_RETRIES {
-                        return Err(Error::Conflict {
+                        let e = Error::Conflict {
                             what: format!(
                                 "instance {key} (still changing after {MAX_CONFLICT_RETRIES} attempts)"
                             ),
-                        });
+                        };
+                        return Err(self.failed_after(key, &progress, e).await);
                     }
                     debug!(%what, "lost a race; deciding again from fresh state");
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.failed_after(key, &progress, e).await),
             }
         }
     }
 
-    /// After a decision is stored: start its jobs and schedule what comes next.
+    /// Starts a stored decision's jobs. The job in flight, when it ended
+    /// inline, is decided on next; otherwise the step ends here, asking
+    /// for what comes next.
     async fn act(
         &self,
         key: &InstanceKey,
         decision: &Decision,
         stored: InstanceRecord,
-        events: Vec<Event>,
         now: Timestamp,
-    ) -> Result<StepReport> {
+        progress: &mut Progress,
+    ) -> Result<Then> {
+        progress.wake.extend(decision.wake.iter().cloned());
+        let in_flight = stored.state.in_flight.as_ref().map(|f| &f.job_id);
+        let mut ended = None;
+        let mut other_ended = false;
         for job in &decision.jobs {
-            self.dispatch(job).await?;
+            progress.dispatched.push(job.id.clone());
+            let Some(handed) = self.dispatch(job).await? else {
+                continue;
+            };
+            if handed.result().is_none() {
+                continue;
+            }
+            if Some(&job.id) == in_flight {
+                ended = Some(handed);
+            } else {
+                other_ended = true;
+            }
         }
-        self.schedule(key, decision, now).await?;
+        let left_ended = match ended {
+            Some(job) if progress.absorbed < MAX_INLINE_RESULTS => {
+                progress.absorbed += 1;
+                return Ok(Then::DecideOn(Box::new(stored), Box::new(job)));
+            }
+            ended => ended.is_some() || other_ended,
+        };
+        // A result left for a later step makes that step due now.
+        let next = if left_ended {
+            Some(now)
+        } else {
+            decision.next_check_at
+        };
+        self.schedule(key, next, &progress.wake).await?;
         debug!(status = %decision.state.status, revision = stored.revision, "stepped");
-        Ok(StepReport {
-            status: Some(decision.state.status),
-            events,
-            dispatched: decision.jobs.iter().map(|j| j.id.clone()).collect(),
-            next_check_at: decision.next_check_at,
-            settled: Some(settled(&stored)),
-        })
+        Ok(Then::Done(Box::new(std::mem::take(progress).report(
+            decision.state.status,
+            &stored,
+            decision.next_check_at,
+        ))))
+    }
+
+    /// A step that fails after storing decisions still wakes the channels
+    /// those decisions moved, as far as it can: the retried step sees them
+    /// moved already and wakes nobody.
+    async fn failed_after(&self, key: &InstanceKey, progress: &Progress, error: Error) -> Error {
+        if let Err(e) = self.schedule(key, None, &progress.wake).await {
+            warn!(error = %e, "could not wake the channels of a failed step");
+        }
+        error
     }
 
     async fn persist(
@@ -173,12 +234,16 @@ impl Engine {
         Ok((events, next))
     }
 
-    async fn facts(&self, record: &InstanceRecord, now: Timestamp) -> Result<Facts> {
+    /// The facts of a decision about `record`, whose job in flight is `job`.
+    async fn facts(
+        &self,
+        record: &InstanceRecord,
+        job: Option<JobRecord>,
+        now: Timestamp,
+    ) -> Result<Facts> {
         let mut facts = load_facts(self.store.as_ref(), record, now).await?;
-        if let Some(flight) = &record.state.in_flight {
-            facts.finished_job = self
-                .finished_job(&flight.job_id, flight.stop.as_deref(), now)
-                .await?;
+        if let (Some(flight), Some(job)) = (&record.state.in_flight, job) {
+            facts.finished_job = self.finished_job(job, flight.stop.as_deref(), now).await?;
             if let Some(job) = &facts.finished_job {
                 facts.plan = self.terraform_plan(job).await;
             }
@@ -220,13 +285,10 @@ impl Engine {
     /// out. Results are recorded once, whoever reports first.
     async fn finished_job(
         &self,
-        id: &JobId,
+        job: JobRecord,
         stop: Option<&str>,
         now: Timestamp,
     ) -> Result<Option<JobRecord>> {
-        let Some(job) = self.store.get_job(id).await? else {
-            return Ok(None);
-        };
         if job.result().is_some() {
             return Ok(Some(job));
         }
@@ -240,19 +302,26 @@ impl Engine {
             Ok(JobProgress::Finished(result)) => result,
             Ok(JobProgress::Running) if now >= job.deadline => {
                 if let Err(e) = self.runners.stop(&job, "it ran past its deadline").await {
-                    warn!(job = %id, error = %e, "stopping a job past its deadline failed");
+                    warn!(job = %job.id, error = %e, "stopping a job past its deadline failed");
                 }
                 JobResult::without_output(JobOutcome::TimedOut, now)
             }
             Ok(JobProgress::Running | JobProgress::Unknown) => return Ok(None),
             Err(e) => {
-                warn!(job = %id, error = %e, at = %now, "asking the runner failed; will ask again");
+                warn!(job = %job.id, error = %e, at = %now, "asking the runner failed; will ask again");
                 return Ok(None);
             }
         };
-        self.store.finish_job(id, &result).await?;
-        // Whoever recorded first wins; read what was kept.
-        self.store.get_job(id).await
+        self.record_result(&job, result).await
+    }
+
+    /// Records a job's result, and returns the job as it ended: with this
+    /// result, or with one recorded first by someone else (read back then).
+    async fn record_result(&self, job: &JobRecord, result: JobResult) -> Result<Option<JobRecord>> {
+        if self.store.finish_job(&job.id, &result).await? {
+            return Ok(Some(ended_with(job, result)));
+        }
+        self.store.get_job(&job.id).await
     }
 
     /// Stops a superseded job and records it as stopped, so nothing it
@@ -268,43 +337,77 @@ impl Engine {
             },
             now,
         );
-        self.store.finish_job(&job.id, &stopped).await?;
         // A result that won the race is kept; either way it has ended.
         Ok(self
-            .store
-            .get_job(&job.id)
+            .record_result(job, stopped)
             .await?
             .unwrap_or_else(|| job.clone()))
     }
 
-    /// A job recorded by a step whose worker died before dispatching it is
-    /// dispatched now instead of waiting for its deadline.
-    async fn redispatch_unclaimed(&self, record: &InstanceRecord) -> Result<()> {
+    /// The instance's job in flight, read once per step. One recorded by a
+    /// step whose worker died before dispatching it is dispatched now
+    /// instead of waiting for its deadline.
+    async fn in_flight_job(&self, record: &InstanceRecord) -> Result<Option<JobRecord>> {
         let Some(flight) = &record.state.in_flight else {
-            return Ok(());
+            return Ok(None);
         };
-        if let Some(job) = self.store.get_job(&flight.job_id).await?
-            && job.state == JobState::Created
-        {
-            self.dispatch(&job).await?;
+        let Some(job) = self.store.get_job(&flight.job_id).await? else {
+            return Ok(None);
+        };
+        if job.state != JobState::Created {
+            return Ok(Some(job));
         }
-        Ok(())
+        match self.dispatch(&job).await? {
+            Some(now) => Ok(Some(now)),
+            // Someone else has it, or it did not start: as stored.
+            None => self.store.get_job(&job.id).await,
+        }
     }
 
+    /// Claims the job and hands it to its runner. Returns the job as it
+    /// now stands: running, or ended inline with its result recorded here;
+    /// `None` when another worker had claimed it or it could not start.
     #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
-    async fn dispatch(&self, job: &JobRecord) -> Result<()> {
+    async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobRecord>> {
         let now = self.clock.now();
         if !self.store.claim_job(&job.id, now).await? {
             debug!(job = %job.id, "already dispatched elsewhere");
-            return Ok(());
+            return Ok(None);
         }
-        match self.runners.dispatch(job).await {
-            Ok(Some(handle)) => {
-                self.store.record_handle(&job.id, &handle).await?;
-                Ok(())
+        match self.runners.start(job).await {
+            Ok(Started::Running(handle)) => {
+                if let Some(handle) = &handle {
+                    self.store.record_handle(&job.id, handle).await?;
+                }
+                let mut running = job.clone();
+                running.state = JobState::Dispatched { at: now, handle };
+                Ok(Some(running))
             }
-            Ok(None) => Ok(()),
-            Err(e) => self.not_started(job, &e, now).await,
+            Ok(Started::Finished(result)) => self.record_inline(job, result).await,
+            Err(e) => {
+                self.not_started(job, &e, now).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records the result of a job that ran inline. Nothing else reports
+    /// it, and lost, the job would run again (an apply-only runtime would
+    /// apply twice): it is worth more tries than one request's retries.
+    async fn record_inline(&self, job: &JobRecord, result: JobResult) -> Result<Option<JobRecord>> {
+        let mut attempt = 1;
+        loop {
+            match self.record_result(job, result.clone()).await {
+                Err(e) if e.is_retryable() && attempt < RECORD_ATTEMPTS => {
+                    debug!(job = %job.id, attempt, error = %e, "recording an inline job's result failed; trying again");
+                    attempt += 1;
+                }
+                Err(e) => {
+                    warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record an inline job's result");
+                    return Err(e);
+                }
+                recorded => return recorded,
+            }
         }
     }
 
@@ -324,15 +427,23 @@ impl Engine {
         Ok(())
     }
 
-    async fn schedule(&self, key: &InstanceKey, decision: &Decision, now: Timestamp) -> Result<()> {
+    /// Asks for the instance to be stepped at `next` (its next check) and
+    /// the channels in `wake` now, in one request.
+    async fn schedule(
+        &self,
+        key: &InstanceKey,
+        next: Option<Timestamp>,
+        wake: &[ReleaseChannelName],
+    ) -> Result<()> {
+        let now = self.clock.now();
         let mut items = Vec::new();
-        if let Some(at) = decision.next_check_at {
+        if let Some(at) = next {
             items.push(WorkItem {
                 instance: key.clone(),
                 not_before: at,
             });
         }
-        for channel in &decision.wake {
+        for channel in wake {
             items.push(WorkItem {
                 instance: key.in_channel(channel),
                 not_before: now,
@@ -343,6 +454,58 @@ impl Engine {
         }
         self.queue.enqueue(&items).await
     }
+}
+
+/// Results of inline jobs one step decides on before it leaves the next to
+/// the queue: each costs a decision and a write, and a step has to end
+/// well within its invocation.
+const MAX_INLINE_RESULTS: usize = 8;
+
+/// Tries at recording an inline job's result on retryable errors (each is
+/// one store call with its own retries).
+const RECORD_ATTEMPTS: u32 = 5;
+
+/// What one step did so far, over the decisions it stored.
+#[derive(Debug, Default)]
+struct Progress {
+    events: Vec<Event>,
+    dispatched: Vec<JobId>,
+    /// Channels the stored decisions moved, to look at now.
+    wake: Vec<ReleaseChannelName>,
+    /// Inline results decided on.
+    absorbed: usize,
+}
+
+impl Progress {
+    fn report(
+        self,
+        status: Status,
+        stored: &InstanceRecord,
+        next_check_at: Option<Timestamp>,
+    ) -> StepReport {
+        StepReport {
+            status: Some(status),
+            events: self.events,
+            dispatched: self.dispatched,
+            next_check_at,
+            settled: Some(settled(stored)),
+        }
+    }
+}
+
+/// Where a step goes after starting a stored decision's jobs.
+#[derive(Debug)]
+enum Then {
+    /// Decide again on the instance as stored, its job in flight ended.
+    DecideOn(Box<InstanceRecord>, Box<JobRecord>),
+    Done(Box<StepReport>),
+}
+
+/// `job` with its result recorded.
+fn ended_with(job: &JobRecord, result: JobResult) -> JobRecord {
+    let mut ended = job.clone();
+    ended.state = JobState::Finished { result };
+    ended
 }
 
 /// Records results reported by runners and asks for the instance to be

@@ -426,6 +426,14 @@ pub trait Runner: Send + Sync {
     /// find it again.
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>>;
 
+    /// Starts the job like [`Runner::dispatch`], for a caller that records
+    /// results itself: a runner that runs jobs inline hands the result back
+    /// instead of reporting it, so the step that started the job takes it
+    /// up at once, without a round trip through its sink and the queue.
+    async fn start(&self, job: &JobRecord) -> Result<Started> {
+        self.dispatch(job).await.map(Started::Running)
+    }
+
     /// Where a dispatched job is now. The default suits runners that only
     /// push results and keep no memory of what they ran.
     async fn poll(&self, _job: &JobRecord) -> Result<JobProgress> {
@@ -445,6 +453,17 @@ pub trait Runner: Send + Sync {
     async fn availability(&self, _spec: &RunnerSpec) -> Availability {
         Availability::Ready
     }
+}
+
+/// What [`Runner::start`] did with a job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Started {
+    /// It runs on and reports as [`Runner::dispatch`] says; where it runs,
+    /// when the runner needs that to find it again.
+    Running(Option<JobHandle>),
+    /// It ran to its end inside the call. Nothing else reports this result:
+    /// recording it is the caller's.
+    Finished(JobResult),
 }
 
 /// Where a dispatched job is, as its runner sees it.
