@@ -486,12 +486,12 @@ const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
     ("SQS.SendMessageBatch", 1),
 ];
 /// One step: read the instance, commit the apply job, claim it, run it
-/// inline, record its result, commit CONVERGED. No deadline check is sent
+/// inline, commit CONVERGED with its result. No deadline check is sent
 /// for the apply, which ended in the step.
 const STEPS_ONE_CHANNEL: &[(&str, usize)] = &[
     ("DynamoDB.GetItem", 1),
     ("DynamoDB.TransactWriteItems", 2),
-    ("DynamoDB.UpdateItem", 2),
+    ("DynamoDB.UpdateItem", 1),
 ];
 const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
     ("DynamoDB.BatchWriteItem", 1),
@@ -507,19 +507,18 @@ const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
 const STEPS_TWO_CHANNELS: &[(&str, usize)] = &[
     ("DynamoDB.GetItem", 6),
     ("DynamoDB.TransactWriteItems", 5),
-    ("DynamoDB.UpdateItem", 4),
+    ("DynamoDB.UpdateItem", 2),
     ("SQS.SendMessageBatch", 1),
 ];
 /// One query per due-index shard, one message for the due instance.
 const SCHEDULER_ONE_DUE: &[(&str, usize)] = &[("DynamoDB.Query", 8), ("SQS.SendMessageBatch", 1)];
 /// Read the instance, commit the fetch job, claim it, run it inline,
-/// record its result, store the observation (no event: nothing changed),
-/// and send the next poll's message.
+/// store the observation with its result (no event: nothing changed), and
+/// send the next poll's message.
 const ONE_STEADY_STATE_POLL: &[(&str, usize)] = &[
     ("DynamoDB.GetItem", 1),
-    ("DynamoDB.PutItem", 1),
-    ("DynamoDB.TransactWriteItems", 1),
-    ("DynamoDB.UpdateItem", 2),
+    ("DynamoDB.TransactWriteItems", 2),
+    ("DynamoDB.UpdateItem", 1),
     ("SQS.SendMessageBatch", 1),
 ];
 

@@ -94,6 +94,7 @@ fn put(record: InstanceRecord, expected: Option<u64>) -> InstanceCommit {
         change: InstanceChange::Put(Box::new(record)),
         expected_revision: expected,
         new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
         events: Vec::new(),
     }
 }

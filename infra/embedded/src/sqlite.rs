@@ -573,6 +573,11 @@ impl InstanceStore for SqliteStore {
                     return Err(conflict(format!("job {} (already recorded)", job.id)));
                 }
             }
+            for (job, result) in &commit.finished_jobs {
+                if !finish(tx, "commit", job, result)? {
+                    return Err(conflict(format!("job {job} (already finished)")));
+                }
+            }
             insert_events(tx, &commit.events)?;
             Ok(revision)
         })
@@ -633,34 +638,63 @@ impl SqliteStore {
         allowed: impl Fn(&JobState) -> bool,
         next: impl Fn(&JobState) -> JobState,
     ) -> Result<bool> {
-        self.write(operation, |tx| {
-            let body: Option<String> = tx
-                .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(|e| EmbeddedError::sql(operation, e))?;
-            let Some(body) = body else { return Ok(false) };
-            let mut job: JobRecord = from_json(operation, &body)?;
-            if !allowed(&job.state) {
-                return Ok(false);
-            }
-            job.state = next(&job.state);
-            tx.execute(
-                "UPDATE jobs SET state = ?2, body = ?3 WHERE id = ?1",
-                params![
-                    id.as_str(),
-                    state_name(&job.state),
-                    to_json(operation, &job)?
-                ],
-            )
-            .map_err(|e| EmbeddedError::sql(operation, e))?;
-            if matches!(job.state, JobState::Finished { .. }) {
-                prune_finished_jobs(tx, operation, &job.instance)?;
-            }
-            Ok(true)
-        })
+        self.write(operation, |tx| transition(tx, operation, id, allowed, next))
     }
+}
+
+/// [`SqliteStore::transition_job`] within `tx`. A job that ends here makes
+/// room for itself among its instance's kept jobs in the same transaction.
+fn transition(
+    tx: &Transaction<'_>,
+    operation: &'static str,
+    id: &JobId,
+    allowed: impl Fn(&JobState) -> bool,
+    next: impl Fn(&JobState) -> JobState,
+) -> std::result::Result<bool, EmbeddedError> {
+    let body: Option<String> = tx
+        .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let Some(body) = body else { return Ok(false) };
+    let mut job: JobRecord = from_json(operation, &body)?;
+    if !allowed(&job.state) {
+        return Ok(false);
+    }
+    job.state = next(&job.state);
+    tx.execute(
+        "UPDATE jobs SET state = ?2, body = ?3 WHERE id = ?1",
+        params![
+            id.as_str(),
+            state_name(&job.state),
+            to_json(operation, &job)?
+        ],
+    )
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
+    if matches!(job.state, JobState::Finished { .. }) {
+        prune_finished_jobs(tx, operation, &job.instance)?;
+    }
+    Ok(true)
+}
+
+/// Records `result` as the job's, once: `false` when it already has one
+/// (or is unknown).
+fn finish(
+    tx: &Transaction<'_>,
+    operation: &'static str,
+    id: &JobId,
+    result: &JobResult,
+) -> std::result::Result<bool, EmbeddedError> {
+    transition(
+        tx,
+        operation,
+        id,
+        |s| !matches!(s, JobState::Finished { .. }),
+        |_| JobState::Finished {
+            result: result.clone(),
+        },
+    )
 }
 
 #[async_trait]
@@ -705,14 +739,7 @@ impl JobStore for SqliteStore {
 
     #[tracing::instrument(name = "sqlite.finish_job", level = "debug", skip_all, fields(job = %id))]
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
-        self.transition_job(
-            "finish_job",
-            id,
-            |s| !matches!(s, JobState::Finished { .. }),
-            |_| JobState::Finished {
-                result: result.clone(),
-            },
-        )
+        self.write("finish_job", |tx| finish(tx, "finish_job", id, result))
     }
 }
 

@@ -60,6 +60,7 @@ async fn finished_jobs_are_kept_to_the_newest_few_per_instance() {
                 change: InstanceChange::Put(Box::new(record(key, None))),
                 expected_revision: if n == 0 { None } else { revision },
                 new_jobs: vec![job(&id, key)],
+                finished_jobs: Vec::new(),
                 events: Vec::new(),
             };
             revision = Some(store.commit(commit).await.unwrap());
@@ -101,6 +102,7 @@ async fn a_written_state(path: &std::path::Path) -> Vec<u8> {
         change: InstanceChange::Put(Box::new(record(&key, None))),
         expected_revision: None,
         new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
         events: Vec::new(),
     };
     store.commit(commit).await.unwrap();

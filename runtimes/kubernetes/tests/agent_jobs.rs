@@ -115,6 +115,7 @@ async fn stored_job(store: &dyn StateStore, service: &str, id: &str) -> JobRecor
             change: InstanceChange::Put(Box::new(record(&key, None))),
             expected_revision: None,
             new_jobs: vec![job.clone()],
+            finished_jobs: Vec::new(),
             events: Vec::new(),
         })
         .await

@@ -5,7 +5,8 @@
 //! before it is dispatched and claimed before it is handed to a runner, so a
 //! redelivered message or a second worker never starts it twice. A job its
 //! runner ran inline is decided on again in the same step, from what the
-//! step stored, so a local job costs one step instead of two.
+//! step stored, so a local job costs one step instead of two; its result is
+//! recorded with that decision, in the same write.
 
 use std::sync::Arc;
 
@@ -87,6 +88,19 @@ impl Engine {
     #[instrument(skip(self), fields(application = %key.application, service = %key.service, release_channel = %key.release_channel))]
     pub async fn step(&self, key: &InstanceKey) -> Result<StepReport> {
         let mut progress = Progress::default();
+        let stepped = self.converge(key, &mut progress).await;
+        if stepped.is_err() && !progress.unrecorded.is_empty() {
+            // Lost, an inline result would make its job run again (an
+            // apply-only runtime would apply twice).
+            if let Err(e) = self.record_unrecorded(&mut progress).await {
+                warn!(error = %e, "inline results of a failed step are not recorded");
+            }
+        }
+        stepped
+    }
+
+    /// The decisions of one step, as [`Engine::step`] describes them.
+    async fn converge(&self, key: &InstanceKey, progress: &mut Progress) -> Result<StepReport> {
         let mut conflicts = 0;
         let mut stopped = false;
         // The instance as this step stored it, with its job in flight as it
@@ -98,6 +112,7 @@ impl Engine {
                 None => {
                     let Some(record) = self.store.get_instance(key).await? else {
                         self.schedule(key, None, &progress.wake).await?;
+                        let progress = std::mem::take(progress);
                         return Ok(StepReport {
                             events: progress.events,
                             dispatched: progress.dispatched,
@@ -114,24 +129,38 @@ impl Engine {
             if decision.is_noop(&record) {
                 // After a result taken up inline, the last decision stored
                 // was never scheduled.
+                self.record_unrecorded(progress).await?;
                 let next = record.next_check_at.filter(|_| progress.absorbed > 0);
                 self.schedule(key, next, &progress.wake).await?;
-                return Ok(progress.report(record.state.status, &record, record.next_check_at));
+                return Ok(std::mem::take(progress).report(
+                    record.state.status,
+                    &record,
+                    record.next_check_at,
+                ));
             }
-            match self.persist(&record, &decision, now).await {
+            match self
+                .persist(&record, &decision, &progress.unrecorded, now)
+                .await
+            {
                 Ok((recorded, stored)) => {
+                    progress.unrecorded.clear();
                     progress.events.extend(recorded);
                     if !stopped && stopping(&decision) {
                         stopped = true;
                         continue;
                     }
-                    match self.act(key, &decision, stored, now, &mut progress).await {
+                    match self.act(key, &decision, stored, now, progress).await {
                         Ok(Then::DecideOn(record, job)) => known = Some((*record, *job)),
                         Ok(Then::Done(report)) => return Ok(*report),
-                        Err(e) => return Err(self.failed_after(key, &progress, e).await),
+                        Err(e) => return Err(self.failed_after(key, progress, e).await),
                     }
                 }
                 Err(Error::Conflict { what }) => {
+                    // The fresh state decided on next lacks the results the
+                    // lost decision would have recorded.
+                    if let Err(e) = self.record_unrecorded(progress).await {
+                        return Err(self.failed_after(key, progress, e).await);
+                    }
                     conflicts += 1;
                     if conflicts >= MAX_CONFLICT_RETRIES {
                         let e = Error::Conflict {
@@ -139,18 +168,18 @@ impl Engine {
                                 "instance {key} (still changing after {MAX_CONFLICT_RETRIES} attempts)"
                             ),
                         };
-                        return Err(self.failed_after(key, &progress, e).await);
+                        return Err(self.failed_after(key, progress, e).await);
                     }
                     debug!(%what, "lost a race; deciding again from fresh state");
                 }
-                Err(e) => return Err(self.failed_after(key, &progress, e).await),
+                Err(e) => return Err(self.failed_after(key, progress, e).await),
             }
         }
     }
 
     /// Starts a stored decision's jobs. The job in flight, when it ended
-    /// inline, is decided on next; otherwise the step ends here, asking
-    /// for what comes next.
+    /// inline, is decided on next, its result recorded with that decision;
+    /// otherwise the step ends here, asking for what comes next.
     async fn act(
         &self,
         key: &InstanceKey,
@@ -162,28 +191,27 @@ impl Engine {
         progress.wake.extend(decision.wake.iter().cloned());
         let in_flight = stored.state.in_flight.as_ref().map(|f| &f.job_id);
         let mut ended = None;
-        let mut other_ended = false;
+        let mut left_ended = false;
         for job in &decision.jobs {
             progress.dispatched.push(job.id.clone());
-            let Some(handed) = self.dispatch(job).await? else {
-                continue;
-            };
-            if handed.result().is_none() {
-                continue;
-            }
-            if Some(&job.id) == in_flight {
-                ended = Some(handed);
-            } else {
-                other_ended = true;
+            match self.hand_over(job).await? {
+                None | Some(Handed::Running(_)) => {}
+                Some(Handed::Ended(job, result))
+                    if Some(&job.id) == in_flight && progress.absorbed < MAX_INLINE_RESULTS =>
+                {
+                    ended = Some(ended_with(&job, result.clone()));
+                    progress.unrecorded.push((job, result));
+                }
+                Some(Handed::Ended(job, result)) => {
+                    self.record_inline(&job, result).await?;
+                    left_ended = true;
+                }
             }
         }
-        let left_ended = match ended {
-            Some(job) if progress.absorbed < MAX_INLINE_RESULTS => {
-                progress.absorbed += 1;
-                return Ok(Then::DecideOn(Box::new(stored), Box::new(job)));
-            }
-            ended => ended.is_some() || other_ended,
-        };
+        if let Some(job) = ended {
+            progress.absorbed += 1;
+            return Ok(Then::DecideOn(Box::new(stored), Box::new(job)));
+        }
         // A result left for a later step makes that step due now.
         let next = if left_ended {
             Some(now)
@@ -209,10 +237,13 @@ impl Engine {
         error
     }
 
+    /// Stores the decision, with the `finished` results of inline jobs it
+    /// took up.
     async fn persist(
         &self,
         record: &InstanceRecord,
         decision: &Decision,
+        finished: &[(JobRecord, JobResult)],
         now: Timestamp,
     ) -> Result<(Vec<Event>, InstanceRecord)> {
         let mut next = record.clone();
@@ -228,6 +259,10 @@ impl Engine {
                 change: InstanceChange::Put(Box::new(next.clone())),
                 expected_revision: Some(record.revision),
                 new_jobs: decision.jobs.clone(),
+                finished_jobs: finished
+                    .iter()
+                    .map(|(job, result)| (job.id.clone(), result.clone()))
+                    .collect(),
                 events: events.clone(),
             })
             .await?;
@@ -367,8 +402,19 @@ impl Engine {
     /// Claims the job and hands it to its runner. Returns the job as it
     /// now stands: running, or ended inline with its result recorded here;
     /// `None` when another worker had claimed it or it could not start.
-    #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobRecord>> {
+        match self.hand_over(job).await? {
+            None => Ok(None),
+            Some(Handed::Running(running)) => Ok(Some(running)),
+            Some(Handed::Ended(job, result)) => self.record_inline(&job, result).await,
+        }
+    }
+
+    /// Claims the job and hands it to its runner; a result it ended with
+    /// inline is left to the caller to record. `None` when another worker
+    /// had claimed it or it could not start.
+    #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
+    async fn hand_over(&self, job: &JobRecord) -> Result<Option<Handed>> {
         let now = self.clock.now();
         if !self.store.claim_job(&job.id, now).await? {
             debug!(job = %job.id, "already dispatched elsewhere");
@@ -381,9 +427,9 @@ impl Engine {
                 }
                 let mut running = job.clone();
                 running.state = JobState::Dispatched { at: now, handle };
-                Ok(Some(running))
+                Ok(Some(Handed::Running(running)))
             }
-            Ok(Started::Finished(result)) => self.record_inline(job, result).await,
+            Ok(Started::Finished(result)) => Ok(Some(Handed::Ended(job.clone(), result))),
             Err(e) => {
                 self.not_started(job, &e, now).await?;
                 Ok(None)
@@ -409,6 +455,16 @@ impl Engine {
                 recorded => return recorded,
             }
         }
+    }
+
+    /// Records the results of inline jobs that no stored decision took up:
+    /// the decision that would have lost a race, or failed to be stored.
+    async fn record_unrecorded(&self, progress: &mut Progress) -> Result<()> {
+        while let Some((job, result)) = progress.unrecorded.first().cloned() {
+            self.record_inline(&job, result).await?;
+            progress.unrecorded.remove(0);
+        }
+        Ok(())
     }
 
     /// The job never started; its result says so and the engine treats it
@@ -474,6 +530,8 @@ struct Progress {
     wake: Vec<ReleaseChannelName>,
     /// Inline results decided on.
     absorbed: usize,
+    /// Inline results decided on that no stored decision recorded yet.
+    unrecorded: Vec<(JobRecord, JobResult)>,
 }
 
 impl Progress {
@@ -491,6 +549,14 @@ impl Progress {
             settled: Some(settled(stored)),
         }
     }
+}
+
+/// A job in its runner's hands.
+#[derive(Debug)]
+enum Handed {
+    Running(JobRecord),
+    /// It ran inline; its result is not recorded yet.
+    Ended(JobRecord, JobResult),
 }
 
 /// Where a step goes after starting a stored decision's jobs.

@@ -178,6 +178,11 @@ pub struct InstanceCommit {
     /// Jobs to record before they are dispatched. A job id that already
     /// exists is a conflict: the same decision was already committed.
     pub new_jobs: Vec<JobRecord>,
+    /// Results of jobs that ran inline, recorded with the decision that
+    /// takes them up so that taking a result up costs no write of its own.
+    /// A job that already has a result is a conflict: someone else recorded
+    /// one first (a stop, a duplicate step).
+    pub finished_jobs: Vec<(JobId, JobResult)>,
     pub events: Vec<Event>,
 }
 
@@ -229,6 +234,7 @@ pub async fn update_instance(
             change: InstanceChange::Put(Box::new(record.clone())),
             expected_revision: Some(expected),
             new_jobs: Vec::new(),
+            finished_jobs: Vec::new(),
             events,
         };
         match store.commit(commit).await {

@@ -13,7 +13,7 @@ use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, Inst
 use vergence_model::{ApplicationName, InstanceKey, InstanceRecord};
 
 use super::events::event_item;
-use super::jobs::{expire, job_item};
+use super::jobs::{expire, finish_write, job_item};
 use super::payload::{decode_inline, inline_body};
 use super::table::{DUE_INDEX, DUE_PK, DUE_SHARDS, DUE_SK};
 use super::write::{Expression, Outcome, Write, item_size};
@@ -95,6 +95,21 @@ fn instance_write(commit: &InstanceCommit) -> std::result::Result<(Write, u64), 
     })
 }
 
+/// What the write at `index` of a commit's transaction, which lost its
+/// condition, stands for.
+fn lost_write(commit: &InstanceCommit, index: usize) -> String {
+    let Some(job) = index.checked_sub(1) else {
+        return format!("instance {}", commit.change.key());
+    };
+    if let Some(job) = commit.new_jobs.get(job) {
+        return format!("job {} (already recorded)", job.id);
+    }
+    match commit.finished_jobs.get(job - commit.new_jobs.len()) {
+        Some((job, _)) => format!("job {job} (already finished)"),
+        None => format!("instance {}", commit.change.key()),
+    }
+}
+
 /// The writes of a commit: those that must be atomic, then events as long as
 /// the transaction has room, and the events that did not fit.
 struct Plan {
@@ -128,6 +143,12 @@ impl DynamoStore {
             // A job id already recorded means this decision was committed before.
             writes.push(Write::put(item, Some(Expression::absent())));
             parts.extend(job_parts);
+        }
+        for (job, result) in &commit.finished_jobs {
+            let (write, result_parts) =
+                finish_write("commit", job, result, self.event_retention, None)?;
+            writes.push(write);
+            parts.extend(result_parts);
         }
         let mut bytes: usize = writes.iter().map(Write::size).sum();
         if writes.len() > TRANSACTION_ITEMS || bytes > TRANSACTION_BYTES {
@@ -192,11 +213,7 @@ impl DynamoStore {
             Ok(Outcome::Written) => {}
             Ok(Outcome::Lost { index }) => {
                 self.discard_parts("commit", &parts).await;
-                let job = index.checked_sub(1).and_then(|i| commit.new_jobs.get(i));
-                return Err(AwsError::conflict(match job {
-                    Some(job) => format!("job {} (already recorded)", job.id),
-                    None => format!("instance {instance}"),
-                }));
+                return Err(AwsError::conflict(lost_write(&commit, index)));
             }
             Err(error) => {
                 self.discard_parts("commit", &parts).await;

@@ -170,42 +170,66 @@ impl DynamoStore {
 
     #[tracing::instrument(skip(self, result))]
     async fn finish(&self, id: &JobId, result: &JobResult) -> std::result::Result<bool, AwsError> {
-        let pk = job_pk(id);
-        let mut stored = payload("finish_job", || format!("result of job {id}"), &pk, result)?;
-        // An ended job is read no more once its instance took its result
-        // up; it is kept as long as events, then DynamoDB's TTL deletes it.
-        let now = Timestamp::now();
-        expire(&mut stored.parts, now, self.event_retention);
-        self.write_parts("finish_job", &stored.parts).await?;
         let token = format!("{:016x}", fastrand::u64(..));
-        let finish = Write::Update {
-            key: key(&pk, JOB_SK),
-            update: Expression::new(
-                "SET #state = :finished, #result = :result, #ttl = :ttl, #token = :token",
-            )
-            .name("#state", STATE)
-            .name("#result", RESULT)
-            .name("#ttl", table::TTL)
-            .name("#token", FINISH_TOKEN)
-            .value(":finished", s(FINISHED))
-            .value(":result", stored.attribute)
-            .value(":ttl", expiry(now, self.event_retention))
-            .value(":token", s(token)),
-            condition: Some(
-                Expression::new(
-                    "attribute_exists(#pk) AND (#state <> :finished OR #token = :token)",
-                )
-                .name("#pk", table::PK)
-                .name("#state", STATE)
-                .name("#token", FINISH_TOKEN),
-            ),
-        };
+        let (finish, parts) =
+            finish_write("finish_job", id, result, self.event_retention, Some(token))?;
+        self.write_parts("finish_job", &parts).await?;
         let outcome = self.write_one("finish_job", finish).await;
         if !matches!(outcome, Ok(Outcome::Written)) {
-            self.discard_parts("finish_job", &stored.parts).await;
+            self.discard_parts("finish_job", &parts).await;
         }
         Ok(outcome? == Outcome::Written)
     }
+}
+
+/// The write that records a job's result once, and the parts the result
+/// spills into (to write first). An ended job is read no more once its
+/// instance took its result up; it is kept as long as events, then
+/// DynamoDB's TTL deletes it, its parts with it. With a `token`, a retry
+/// of the write that did land counts as written (see [`FINISH_TOKEN`]); a
+/// write in a transaction needs none, the transaction's own token does that.
+pub(super) fn finish_write(
+    operation: &'static str,
+    id: &JobId,
+    result: &JobResult,
+    retention: SignedDuration,
+    token: Option<String>,
+) -> std::result::Result<(Write, Vec<Item>), AwsError> {
+    let pk = job_pk(id);
+    let mut stored = payload(operation, || format!("result of job {id}"), &pk, result)?;
+    let now = Timestamp::now();
+    expire(&mut stored.parts, now, retention);
+    let (set_token, unless_finished) = match token {
+        Some(_) => (
+            ", #token = :token",
+            "(#state <> :finished OR #token = :token)",
+        ),
+        None => ("", "#state <> :finished"),
+    };
+    let mut update = Expression::new(format!(
+        "SET #state = :finished, #result = :result, #ttl = :ttl{set_token}"
+    ))
+    .name("#state", STATE)
+    .name("#result", RESULT)
+    .name("#ttl", table::TTL)
+    .value(":finished", s(FINISHED))
+    .value(":result", stored.attribute)
+    .value(":ttl", expiry(now, retention));
+    let mut condition = Expression::new(format!("attribute_exists(#pk) AND {unless_finished}"))
+        .name("#pk", table::PK)
+        .name("#state", STATE);
+    if let Some(token) = token {
+        update = update
+            .name("#token", FINISH_TOKEN)
+            .value(":token", s(token));
+        condition = condition.name("#token", FINISH_TOKEN);
+    }
+    let write = Write::Update {
+        key: key(&pk, JOB_SK),
+        update,
+        condition: Some(condition),
+    };
+    Ok((write, stored.parts))
 }
 
 #[async_trait]

@@ -393,6 +393,7 @@ impl Control {
             change: InstanceChange::Put(Box::new(record)),
             expected_revision: None,
             new_jobs: Vec::new(),
+            finished_jobs: Vec::new(),
             events,
         };
         match self.store.commit(commit).await {
@@ -445,6 +446,7 @@ impl Control {
                 change: InstanceChange::Delete(key.clone()),
                 expected_revision: Some(record.revision),
                 new_jobs: Vec::new(),
+                finished_jobs: Vec::new(),
                 events,
             };
             match self.store.commit(commit).await {

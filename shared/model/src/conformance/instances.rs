@@ -126,6 +126,7 @@ pub async fn deleting_an_instance_is_conditional_too(store: Arc<dyn StateStore>)
         change: InstanceChange::Delete(k.clone()),
         expected_revision: Some(expected),
         new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
         events: vec![event("0009-removed", &k, t(9))],
     };
     assert!(is_conflict(&store.commit(delete(r1 + 1)).await));
@@ -288,6 +289,58 @@ pub async fn a_job_is_claimed_once_and_finished_once(store: Arc<dyn StateStore>)
             .finish_job(&JobId("nope".into()), &result)
             .await
             .expect("unknown job")
+    );
+}
+
+/// A step that ran a job inline records its result with the next
+/// decision, in one write: the result is kept once, and a commit carrying a
+/// result for a job that already has one writes nothing at all (someone
+/// else's report came first; the step decides again from what was kept).
+pub async fn a_commit_records_a_job_result_once_with_the_instance(store: Arc<dyn StateStore>) {
+    let k = key("shop", "web", "staging");
+    let mut create = put(record(&k, None), None);
+    create.new_jobs.push(job("job-1", &k));
+    let r1 = store.commit(create).await.expect("create");
+    let id = JobId("job-1".into());
+    assert!(store.claim_job(&id, t(1)).await.expect("claim"));
+    let exited = JobResult::without_output(JobOutcome::Exited, t(5));
+    let mut finish = put(record(&k, Some(t(9))), Some(r1));
+    finish.finished_jobs.push((id.clone(), exited.clone()));
+    let r2 = store.commit(finish).await.expect("commit with the result");
+    assert_eq!(
+        store
+            .get_job(&id)
+            .await
+            .expect("get")
+            .expect("job")
+            .result(),
+        Some(&exited)
+    );
+    assert!(
+        !store.finish_job(&id, &exited).await.expect("finish again"),
+        "the commit recorded it"
+    );
+
+    let late = JobResult::without_output(JobOutcome::TimedOut, t(7));
+    let mut again = put(record(&k, Some(t(11))), Some(r2));
+    again.finished_jobs.push((id.clone(), late));
+    assert!(is_conflict(&store.commit(again).await), "a second result");
+    let kept = store
+        .get_instance(&k)
+        .await
+        .expect("get")
+        .expect("instance");
+    assert_eq!(kept.revision, r2, "the instance was not written either");
+    assert_eq!(kept.next_check_at, Some(t(9)));
+    assert_eq!(
+        store
+            .get_job(&id)
+            .await
+            .expect("get")
+            .expect("job")
+            .result(),
+        Some(&exited),
+        "the first result is kept"
     );
 }
 

@@ -42,6 +42,7 @@ macro_rules! store_conformance_tests {
             instances_are_listed_by_filter,
             due_instances_are_the_ones_whose_time_has_come_earliest_first,
             a_job_is_claimed_once_and_finished_once,
+            a_commit_records_a_job_result_once_with_the_instance,
             releases_are_immutable_versions_and_the_last_pushed_is_latest,
             approvals_are_listed_per_instance,
             alerts_are_replaced_by_name,
@@ -139,6 +140,7 @@ fn put(record: InstanceRecord, expected: Option<u64>) -> InstanceCommit {
         change: InstanceChange::Put(Box::new(record)),
         expected_revision: expected,
         new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
         events: Vec::new(),
     }
 }
