@@ -35,3 +35,9 @@ export VERGENCE_REQUIRE_SERVICES=1
 
 echo "== cargo test --workspace"
 cargo test --workspace --locked "$@"
+
+# Every benchmark row once, on small inputs with the debug builds above, so
+# a benchmark that no longer runs fails here; the numbers themselves come
+# from the full run (scripts/bench.py, docs/performance.md).
+echo "== benchmarks, smoke mode"
+python3 scripts/bench.py --smoke

@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""Vergence's performance benchmarks: every row of docs/performance.md,
+measured now and printed next to its target.
+
+    scripts/bench.py             the full run (release builds, ~30-40 min)
+    scripts/bench.py --smoke     CI's run: small inputs, debug builds, 1 run
+    scripts/bench.py --only local_up idle_rerun   chosen rows
+
+Ratios are measured side by side in one run (A B A B ...) and the median
+of the pairwise ratios is quoted, so a machine that speeds up or slows down
+during the run does not skew them. Request counts and job rows come from
+tests that also assert them (tests/tests/serverless.rs), which print a
+`BENCH name key=value ...` line read here.
+
+Only the standard library: it runs on a fresh machine with python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "target" / "bench" / "report.md"
+# `vergence up`'s default --max-jobs: the baseline gets the same parallelism.
+PARALLEL = 32
+
+
+@dataclass
+class Row:
+    what: str
+    measured: str
+    target: str
+    met: bool | None  # None: not comparable (smoke mode, skipped)
+    notes: list[str] = field(default_factory=list)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    say("$ " + " ".join(cmd))
+    return subprocess.run(cmd, check=True, cwd=kwargs.pop("cwd", ROOT), **kwargs)
+
+
+NO_BUILD = False
+
+
+def cargo_build(args: list[str]) -> None:
+    if NO_BUILD:
+        say("not building (--no-build): cargo build " + " ".join(args))
+        return
+    run(["cargo", "build", "--locked", "-q", *args])
+
+
+# --- timing ------------------------------------------------------------------
+
+
+@dataclass
+class Timed:
+    wall: float
+    cpu: float  # user + sys of the process and its reaped children
+    max_rss_kb: int
+
+
+def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> Timed:
+    """Runs `cmd` once and returns its wall time and the CPU time and peak
+    RSS the kernel accounted to it (wait4's rusage)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    stderr = proc.stderr.read() if proc.stderr else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    if code != 0:
+        raise SystemExit(
+            f"bench: {' '.join(cmd)} exited {code}:\n{stderr.decode(errors='replace')[-2000:]}"
+        )
+    return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+
+
+def paired(
+    a, b, runs: int, before_a=None
+) -> tuple[float, list[Timed], list[Timed]]:
+    """Times `a` and `b` in turn, A B A B ..., after one warm-up of each;
+    returns the median of the pairwise ratios A/B."""
+    if before_a:
+        before_a()
+    a()
+    b()
+    ta, tb, ratios = [], [], []
+    for _ in range(runs):
+        if before_a:
+            before_a()
+        x = a()
+        y = b()
+        ta.append(x)
+        tb.append(y)
+        ratios.append(x.wall / y.wall)
+    return statistics.median(ratios), ta, tb
+
+
+def median_wall(ts: list[Timed]) -> float:
+    return statistics.median(t.wall for t in ts)
+
+
+# --- generated configs ---------------------------------------------------------
+
+
+def generate(dir: Path, services: int, fetch: bool) -> None:
+    """An application with staging -> prod and `services` services on one
+    runtime whose apply (and, with `fetch`, exit-code fetch) is `true`."""
+    dir.mkdir(parents=True, exist_ok=True)
+    runtime = [
+        "runtime:",
+        "  name: noop",
+        "  apply:",
+        "    taskConfig:",
+        "      program:",
+        "        cmd: [true]",
+    ]
+    if fetch:
+        runtime += [
+            "  fetch:",
+            "    mode: exitCode",
+            "    taskConfig:",
+            "      program:",
+            "        cmd: [true]",
+        ]
+    (dir / "runtimes.yaml").write_text("\n".join(runtime) + "\n")
+    (dir / "application.yaml").write_text(
+        "application:\n"
+        "  name: bench\n"
+        "  releaseChannels:\n"
+        "    - name: staging\n"
+        "      runtimes: [{runtime: noop}]\n"
+        "    - name: prod\n"
+        "      runtimes: [{runtime: noop}]\n"
+        "      preconditions:\n"
+        "        - releaseChannelStable: {releaseChannel: staging}\n"
+    )
+    docs = [f"service:\n  name: svc-{i:05}\n  runtime: noop\n" for i in range(services)]
+    (dir / "services.yaml").write_text("---\n".join(docs))
+
+
+def baseline(commands: int) -> list[str]:
+    """The same number of `true` commands through xargs, as many at once as
+    `vergence up` runs."""
+    return [
+        "sh",
+        "-c",
+        f"seq {commands} | xargs -P {PARALLEL} -n 1 true",
+    ]
+
+
+def fmt_ratio(r: float) -> str:
+    return f"{r:.2f}x"
+
+
+# --- rows ------------------------------------------------------------------------
+
+
+def local_up(ctx: "Context", services: int) -> Row:
+    """`vergence up` from a clean state vs the same commands through xargs."""
+    work = Path(tempfile.mkdtemp(prefix="vergence-bench-up-"))
+    config = work / "config"
+    state = work / "state" / "state.db"
+    generate(config, services, fetch=False)
+    vergence = [str(ctx.vergence), "up", "--config", str(config), "--state", str(state)]
+
+    def clean():
+        shutil.rmtree(state.parent, ignore_errors=True)
+
+    ratio, ta, tb = paired(
+        lambda: timed(vergence),
+        lambda: timed(baseline(2 * services)),
+        ctx.runs,
+        before_a=clean,
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    cores = statistics.median(t.cpu / t.wall for t in ta)
+    return Row(
+        f"`vergence up`, {services:,} services x staging->prod apply-only, clean state, vs xargs -P {PARALLEL}",
+        f"{fmt_ratio(ratio)} ({median_wall(ta):.2f} s vs {median_wall(tb):.2f} s; {cores:.1f} cores busy)",
+        "<= 1.2x",
+        None if ctx.smoke else ratio <= 1.2,
+    )
+
+
+def idle_rerun(ctx: "Context", services: int) -> Row:
+    """A rerun on a converged state: every instance's exit-code fetch, and
+    nothing else, vs the same fetch commands through xargs."""
+    work = Path(tempfile.mkdtemp(prefix="vergence-bench-idle-"))
+    config = work / "config"
+    state = work / "state" / "state.db"
+    generate(config, services, fetch=True)
+    vergence = [str(ctx.vergence), "up", "--config", str(config), "--state", str(state)]
+    timed(vergence)  # converges; every later run only fetches
+    ratio, ta, tb = paired(
+        lambda: timed(vergence), lambda: timed(baseline(2 * services)), ctx.runs
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    return Row(
+        f"idle rerun, {2 * services:,} instances with an exit-code fetch, vs the fetches through xargs",
+        f"{fmt_ratio(ratio)} ({median_wall(ta):.2f} s vs {median_wall(tb):.2f} s)",
+        "<= 1.2x",
+        None if ctx.smoke else ratio <= 1.2,
+    )
+
+
+def local_rows(ctx: "Context", polls_seconds: int) -> Row:
+    """Job rows in the SQLite state after `up --watch` polled one instance's
+    fetch every second for a while: bounded by instances, not by time."""
+    work = Path(tempfile.mkdtemp(prefix="vergence-bench-rows-"))
+    config = work / "config"
+    state = work / "state" / "state.db"
+    generate(config, 1, fetch=True)
+    runtimes = (config / "runtimes.yaml").read_text()
+    (config / "runtimes.yaml").write_text(
+        runtimes + "    pollInterval: 1s\n    steadyStatePollInterval: 1s\n"
+    )
+    cmd = [str(ctx.vergence), "up", "--watch", "--config", str(config), "--state", str(state)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+    )
+    time.sleep(polls_seconds)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    db = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
+    jobs = db.execute("select count(*) from jobs").fetchone()[0]
+    # Every job an instance ever started has a number (state.jobSeq).
+    ran = db.execute(
+        "select coalesce(sum(json_extract(body, '$.state.jobSeq')), 0) from instances"
+    ).fetchone()[0]
+    db.close()
+    shutil.rmtree(work, ignore_errors=True)
+    instances = 2
+    return Row(
+        f"job rows kept (SQLite), {instances} instances polled every second for {polls_seconds} s",
+        f"{jobs} rows after {ran} jobs ({jobs / instances:.1f} per instance)",
+        "bounded by instances (<= 10 finished + 1 running each)",
+        jobs <= 11 * instances and ran > jobs,
+    )
+
+
+def decide_per_second(ctx: "Context") -> list[Row]:
+    """criterion's throughput of `decide()` (shared/engine/benches/decide.rs)."""
+    args = ["cargo", "bench", "--locked", "-p", "vergence-engine", "--bench", "decide"]
+    env = dict(os.environ)
+    if ctx.smoke:
+        # The debug build CI already has; the numbers only say it runs.
+        args += ["--profile", "dev"]
+        env["VERGENCE_BENCH_SMOKE"] = "1"
+    say("$ " + " ".join(args))
+    out = subprocess.run(
+        args, cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout
+    rows = []
+    # criterion prints "<group>/<name>  time: [...]  thrpt: [low mid high]",
+    # the name on a line of its own when it is long.
+    for name, value, unit in re.findall(
+        r"^(decide/.+?)\s+time:.*?thrpt:\s*\[\S+ \S+ ([\d.]+) (\w*elem/s)",
+        out,
+        re.M | re.S,
+    ):
+        per_second = float(value) * {"elem/s": 1, "Kelem/s": 1e3, "Melem/s": 1e6, "Gelem/s": 1e9}[unit]
+        creates = "creates" in name
+        rows.append(
+            Row(
+                f"`{name.strip()}` per second, one core",
+                f"{per_second / 1e3:,.0f}k",
+                ">= 1,000k" if creates else "(no target)",
+                None if ctx.smoke or not creates else per_second >= 1e6,
+            )
+        )
+    if not rows:
+        raise SystemExit("bench: no throughput found in criterion's output:\n" + out[-3000:])
+    return rows
+
+
+def serverless_counts(ctx: "Context") -> list[Row]:
+    """Requests counted at the wire by the tests that assert them."""
+    args = [
+        "cargo",
+        "test",
+        "--locked",
+        "-q",
+        "-p",
+        "vergence-e2e",
+        "--test",
+        "serverless",
+        "--",
+        "--nocapture",
+        "--test-threads",
+        "1",
+        "requests_per",
+        "job_items",
+    ]
+    say("$ " + " ".join(args))
+    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit("bench: the request-count tests failed:\n" + (proc.stdout + proc.stderr)[-4000:])
+    bench = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH "):
+            name, *pairs = line.split()[1:]
+            bench[name] = dict(p.split("=", 1) for p in pairs)
+    if "VERGENCE SKIPPED" in proc.stdout or not bench:
+        raise SystemExit(
+            "bench: the request-count tests printed no BENCH lines; are DynamoDB Local and moto running "
+            "(scripts/services.sh start; . .tools/services.env)?\n" + proc.stdout[-2000:]
+        )
+    def value(name: str, key: str) -> float | None:
+        raw = bench.get(name, {}).get(key)
+        return None if raw is None else float(raw)
+
+    def detail(name: str, service: str = "DynamoDB") -> str:
+        ops = {k: v for k, v in bench.get(name, {}).items() if k.startswith(service + ".")}
+        return ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in ops.items())
+
+    rows = []
+    checks = [
+        (
+            "DynamoDB requests per apply-only instance, release pushed -> CONVERGED, staging -> prod, push included",
+            "serverless_staging_to_prod_per_instance", "dynamodb", "<= 5", 5.0,
+            f"for both instances, the push: {detail('serverless_release_push_two_channels')}; "
+            f"the worker's steps: {detail('serverless_staging_to_prod')}",
+        ),
+        (
+            "SQS sends per instance, the same",
+            "serverless_staging_to_prod_per_instance", "sqs_sends", "<= 1.1", 1.1, "",
+        ),
+        (
+            "one steady-state poll of a converged instance with an exit-code fetch (worker): DynamoDB",
+            "serverless_poll", "dynamodb", "<= 3", 3.0, detail("serverless_poll"),
+        ),
+        (
+            "the same poll: SQS sends",
+            "serverless_poll", "sqs_sends", "<= 1", 1.0, "",
+        ),
+    ]
+    for what, name, key, target, limit, extra in checks:
+        measured = value(name, key)
+        if measured is None:
+            rows.append(Row(what, f"not measured (no BENCH {name} line)", target, False))
+            continue
+        text = f"{measured:g}" + (f" ({extra})" if extra else "")
+        rows.append(Row(what, text, target, measured <= limit))
+    polls = value("serverless_job_rows", "polls")
+    new_items = value("serverless_job_rows", "new_job_items")
+    without_ttl = value("serverless_job_rows", "without_ttl")
+    if polls is None or without_ttl is None:
+        rows.append(Row("job items in DynamoDB after steady-state polls", "not measured", "every one expires", False))
+    else:
+        rows.append(
+            Row(
+                f"job items in DynamoDB after {polls:g} steady-state polls",
+                f"{new_items:g} new, {without_ttl:g} without a TTL (ended jobs expire after the event retention, 30 days)",
+                "every one expires",
+                without_ttl == 0,
+            )
+        )
+    return rows
+
+
+class RuntimeApi(BaseHTTPRequestHandler):
+    """Just enough of the Lambda runtime API to time a function's init:
+    the first `next` marks the end of init; one empty SQS batch is handed
+    out, and the second `next` (after it was handled) ends the run."""
+
+    server: "RuntimeApiServer"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        if not self.path.endswith("/runtime/invocation/next"):
+            self.send_error(404)
+            return
+        srv = self.server
+        srv.nexts.append((time.perf_counter(), vm_status(srv.pid)))
+        if len(srv.nexts) == 1:
+            body = json.dumps({"Records": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Lambda-Runtime-Aws-Request-Id", "bench-1")
+            self.send_header("Lambda-Runtime-Deadline-Ms", str(int(time.time() * 1000) + 60_000))
+            self.send_header(
+                "Lambda-Runtime-Invoked-Function-Arn",
+                "arn:aws:lambda:us-east-1:000000000000:function:worker",
+            )
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            srv.done.set()
+            # Held open like the real API between invocations, until the
+            # function is killed.
+            srv.done_wait.wait(5)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        self.server.responses.append(self.rfile.read(length))
+        self.send_response(202)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class RuntimeApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), RuntimeApi)
+        self.pid = 0
+        self.nexts: list[tuple[float, dict]] = []
+        self.responses: list[bytes] = []
+        self.done = threading.Event()
+        self.done_wait = threading.Event()
+
+
+def vm_status(pid: int) -> dict:
+    fields = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return fields
+
+
+def lambda_init(binary: Path) -> tuple[float, int]:
+    """Cold init of a Lambda binary (spawn -> its first request for work)
+    and its peak RSS after handling one empty batch, in KiB."""
+    server = RuntimeApiServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{server.server_address[1]}",
+        "AWS_LAMBDA_FUNCTION_NAME": "worker",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_LOG_STREAM_NAME": "bench",
+        "AWS_LAMBDA_LOG_GROUP_NAME": "bench",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        # Nothing is called during init or for an empty batch; a closed
+        # port makes a stray call fail fast instead of leaving the machine.
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "VERGENCE_TABLE": "bench",
+        "VERGENCE_QUEUE_URL": "http://127.0.0.1:9/000000000000/bench",
+        "VERGENCE_ARTIFACT_BUCKET": "bench",
+        "RUST_LOG": "warn",
+    }
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(binary)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    server.pid = proc.pid
+    finished = server.done.wait(60)
+    proc.kill()
+    _, stderr = proc.communicate()
+    server.done_wait.set()
+    server.shutdown()
+    if not finished or len(server.nexts) < 2:
+        raise SystemExit(
+            f"bench: {binary.name} never asked for a second event:\n{stderr.decode(errors='replace')[-2000:]}"
+        )
+    init = server.nexts[0][0] - start
+    hwm = server.nexts[1][1].get("VmHWM", 0)
+    return init, hwm
+
+
+def worker_binary(ctx: "Context") -> list[Row]:
+    if ctx.smoke:
+        cargo_build(["-p", "vergence-worker"])
+        binary = ROOT / "target" / "debug" / "worker"
+    else:
+        # What SAM deploys: `cargo lambda build --release` (template.yaml).
+        cargo_build(["--release", "-p", "vergence-worker"])
+        binary = ROOT / "target" / "release" / "worker"
+    size = binary.stat().st_size
+    inits, rss = [], []
+    for _ in range(max(ctx.runs, 3)):
+        init, hwm = lambda_init(binary)
+        inits.append(init)
+        rss.append(hwm)
+    init = statistics.median(inits)
+    peak = statistics.median(rss)
+    smoke = ctx.smoke
+    return [
+        Row("worker binary size" + (" (debug build)" if smoke else ""), f"{size / 1e6:.1f} MB", "<= 10 MB", None if smoke else size <= 10e6),
+        Row("worker cold init, spawn -> first request for work", f"{init * 1e3:.1f} ms", "<= 10 ms", None if smoke else init <= 0.010),
+        Row("worker peak RSS after one (empty) batch", f"{peak / 1024:.1f} MB", "<= 16 MB", None if smoke else peak <= 16 * 1024),
+    ]
+
+
+# --- driver ------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    smoke: bool
+    runs: int
+    vergence: Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="small inputs, debug builds, one run (CI)")
+    parser.add_argument("--runs", type=int, help="timed runs of each side (default 5; smoke 1)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "worker"],
+        help="only these rows",
+    )
+    parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    args = parser.parse_args()
+    global NO_BUILD
+    NO_BUILD = args.no_build
+    smoke = args.smoke
+    runs = args.runs or (1 if smoke else 5)
+    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "worker"])
+
+    if smoke:
+        cargo_build(["-p", "vergence-cli"])
+        vergence = ROOT / "target" / "debug" / "vergence"
+    else:
+        cargo_build(["--profile", "perf", "-p", "vergence-cli"])
+        vergence = ROOT / "target" / "perf" / "vergence"
+    ctx = Context(smoke=smoke, runs=runs, vergence=vergence)
+
+    rows: list[Row] = []
+    sizes = [50] if smoke else [1000, 5000]
+    if "local_up" in only:
+        for n in sizes:
+            rows.append(local_up(ctx, n))
+    if "idle_rerun" in only:
+        rows.append(idle_rerun(ctx, 50 if smoke else 1000))
+    if "rows" in only:
+        rows.append(local_rows(ctx, 15 if smoke else 60))
+    if "decide" in only:
+        rows += decide_per_second(ctx)
+    if "requests" in only:
+        rows += serverless_counts(ctx)
+    if "worker" in only:
+        rows += worker_binary(ctx)
+
+    mode = "smoke (small inputs, debug builds: not comparable to the targets)" if smoke else f"full ({runs} runs each)"
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, {mode}, with `scripts/bench.py{' --smoke' if smoke else ''}`.",
+        "",
+        "| what | measured | target | met |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        met = {True: "yes", False: "**no**", None: "-"}[row.met]
+        lines.append(f"| {row.what} | {row.measured} | {row.target} | {met} |")
+    text = "\n".join(lines)
+    print(text)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(text + "\n")
+    say(f"written to {REPORT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
