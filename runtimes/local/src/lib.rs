@@ -153,49 +153,45 @@ fn check_local(job: &JobRecord) -> Result<()> {
 #[async_trait]
 impl Runner for LocalRunner {
     async fn dispatch(&self, job: &JobRecord) -> Result<Option<JobHandle>> {
+        let Mode::Background(semaphore) = &self.mode else {
+            // Run as `start` runs it; a caller that only dispatches gets
+            // the result through the sink, like every other runner's.
+            return match self.start(job).await? {
+                Started::Finished(result) => {
+                    deliver(self.sink.as_ref(), &self.unrecorded, job, result).await;
+                    Ok(None)
+                }
+                Started::Running(handle) => Ok(handle),
+            };
+        };
         check_local(job)?;
         let Some(mut registration) = self.running.register(&job.id) else {
             // A redelivered dispatch: the job is already in hand.
             tracing::debug!(job = %job.id, "local job already running; adopted");
             return Ok(None);
         };
-        match &self.mode {
-            Mode::Inline => {
-                let result = process::execute(
-                    job,
-                    self.artifacts.as_ref(),
-                    &self.engines,
-                    &mut registration.stop,
-                )
-                .await;
-                deliver(self.sink.as_ref(), &self.unrecorded, job, result).await;
-                Ok(None)
-            }
-            Mode::Background(semaphore) => {
-                let semaphore = Arc::clone(semaphore);
-                let sink = Arc::clone(&self.sink);
-                let artifacts = Arc::clone(&self.artifacts);
-                let engines = Arc::clone(&self.engines);
-                let unrecorded = Arc::clone(&self.unrecorded);
-                let job = job.clone();
-                tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
-                tokio::spawn(async move {
-                    let result = match wait_turn(semaphore, &mut registration).await {
-                        Ok(_permit) => {
-                            let stop = &mut registration.stop;
-                            process::execute(&job, artifacts.as_ref(), &engines, stop).await
-                        }
-                        Err(stopped) => stopped,
-                    };
-                    deliver(sink.as_ref(), &unrecorded, &job, result).await;
-                    // Only now: until the result is recorded, the job runs.
-                    drop(registration);
-                });
-                // Names this process, so that another one sharing the state
-                // knows where the job runs and when it never will report.
-                Ok(Some(self.me.handle()))
-            }
-        }
+        let semaphore = Arc::clone(semaphore);
+        let sink = Arc::clone(&self.sink);
+        let artifacts = Arc::clone(&self.artifacts);
+        let engines = Arc::clone(&self.engines);
+        let unrecorded = Arc::clone(&self.unrecorded);
+        let job = job.clone();
+        tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
+        tokio::spawn(async move {
+            let result = match wait_turn(semaphore, &mut registration).await {
+                Ok(_permit) => {
+                    let stop = &mut registration.stop;
+                    process::execute(&job, artifacts.as_ref(), &engines, stop).await
+                }
+                Err(stopped) => stopped,
+            };
+            deliver(sink.as_ref(), &unrecorded, &job, result).await;
+            // Only now: until the result is recorded, the job runs.
+            drop(registration);
+        });
+        // Names this process, so that another one sharing the state knows
+        // where the job runs and when it never will report.
+        Ok(Some(self.me.handle()))
     }
 
     /// Inline, the job runs here and its result is handed back, not to the
