@@ -171,6 +171,14 @@ def generate(dir: Path, services: int, fetch: bool) -> None:
     (dir / "services.yaml").write_text("---\n".join(docs))
 
 
+def project(name: str, services: int, fetch: bool) -> tuple[Path, Path, Path]:
+    """A fresh directory with a generated config: (the directory, the
+    config, where `up --state` keeps the state)."""
+    work = Path(tempfile.mkdtemp(prefix=f"vergence-bench-{name}-"))
+    generate(work / "config", services, fetch)
+    return work, work / "config", work / "state" / "state.db"
+
+
 def baseline(commands: int) -> list[str]:
     """The same number of `true` commands through xargs, as many at once as
     `vergence up` runs."""
@@ -190,10 +198,7 @@ def fmt_ratio(r: float) -> str:
 
 def local_up(ctx: "Context", services: int) -> Row:
     """`vergence up` from a clean state vs the same commands through xargs."""
-    work = Path(tempfile.mkdtemp(prefix="vergence-bench-up-"))
-    config = work / "config"
-    state = work / "state" / "state.db"
-    generate(config, services, fetch=False)
+    work, config, state = project("up", services, fetch=False)
     vergence = [str(ctx.vergence), "up", "--config", str(config), "--state", str(state)]
 
     def clean():
@@ -218,10 +223,7 @@ def local_up(ctx: "Context", services: int) -> Row:
 def idle_rerun(ctx: "Context", services: int) -> Row:
     """A rerun on a converged state: every instance's exit-code fetch, and
     nothing else, vs the same fetch commands through xargs."""
-    work = Path(tempfile.mkdtemp(prefix="vergence-bench-idle-"))
-    config = work / "config"
-    state = work / "state" / "state.db"
-    generate(config, services, fetch=True)
+    work, config, state = project("idle", services, fetch=True)
     vergence = [str(ctx.vergence), "up", "--config", str(config), "--state", str(state)]
     timed(vergence)  # converges; every later run only fetches
     ratio, ta, tb = paired(
@@ -239,10 +241,7 @@ def idle_rerun(ctx: "Context", services: int) -> Row:
 def local_rows(ctx: "Context", polls_seconds: int) -> Row:
     """Job rows in the SQLite state after `up --watch` polled one instance's
     fetch every second for a while: bounded by instances, not by time."""
-    work = Path(tempfile.mkdtemp(prefix="vergence-bench-rows-"))
-    config = work / "config"
-    state = work / "state" / "state.db"
-    generate(config, 1, fetch=True)
+    work, config, state = project("rows", 1, fetch=True)
     runtimes = (config / "runtimes.yaml").read_text()
     (config / "runtimes.yaml").write_text(
         runtimes + "    pollInterval: 1s\n    steadyStatePollInterval: 1s\n"

@@ -192,15 +192,7 @@ impl Harness {
         let table = unique_name("vergence-e2e");
         DynamoStore::create_table(&dynamodb, &table).await.unwrap();
         let sqs = aws_sdk_sqs::Client::new(&sdk_config(sqs_url).await);
-        let queue_url = sqs
-            .create_queue()
-            .queue_name(unique_name("vergence-work"))
-            .send()
-            .await
-            .unwrap()
-            .queue_url()
-            .unwrap()
-            .to_owned();
+        let queue_url = create_queue(&sqs, "vergence-work").await;
         let clock: Arc<dyn Clock> = match &manual {
             Some(manual) => manual.clone(),
             None => Arc::new(SystemClock),
@@ -496,18 +488,22 @@ fn counted_clients(direct: AwsClients, counter: wire::RequestCounter) -> AwsClie
     }
 }
 
-/// Creates a dead-letter queue for `queue_url` and sets its redrive policy,
-/// as `template.yaml` does; returns the dead-letter queue's url.
-async fn add_dead_letter_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> String {
-    let dlq_url = sqs
-        .create_queue()
-        .queue_name(unique_name("vergence-dlq"))
+/// Creates a queue with a fresh name starting with `prefix`; returns its url.
+async fn create_queue(sqs: &aws_sdk_sqs::Client, prefix: &str) -> String {
+    sqs.create_queue()
+        .queue_name(unique_name(prefix))
         .send()
         .await
         .unwrap()
         .queue_url()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+/// Creates a dead-letter queue for `queue_url` and sets its redrive policy,
+/// as `template.yaml` does; returns the dead-letter queue's url.
+async fn add_dead_letter_queue(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> String {
+    let dlq_url = create_queue(sqs, "vergence-dlq").await;
     let dlq_arn = sqs
         .get_queue_attributes()
         .queue_url(&dlq_url)
