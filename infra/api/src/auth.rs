@@ -37,6 +37,11 @@ impl Caller {
         format!("api:token-{}", short_id(&self.token.id))
     }
 
+    /// The first characters of the token's id, as messages name it.
+    pub fn short_id(&self) -> &str {
+        short_id(&self.token.id)
+    }
+
     /// The token must belong to `application` and allow `scope`.
     pub fn authorize(&self, application: &ApplicationName, scope: Scope) -> Result<(), ApiError> {
         self.authorize_application(application)?;
@@ -59,6 +64,12 @@ impl Caller {
     pub fn require_application(&self) -> Result<(), ApiError> {
         if self.token.application().is_some() {
             return Ok(());
+        }
+        if self.token.is_platform() {
+            return Err(ApiError::Authorize(format!(
+                "token {} belongs to the platform: it can push and roll back configs, nothing else",
+                short_id(&self.token.id)
+            )));
         }
         Err(ApiError::Authorize(format!(
             "token {} belongs to {}: it can only poll for and report that agent's work",

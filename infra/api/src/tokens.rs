@@ -14,7 +14,8 @@ const MAX_DESCRIPTION_CHARS: usize = 200;
 
 /// Creates and stores a token for `subject`: an application's token needs
 /// scopes; an agent's token takes none (it can do that agent's work and
-/// nothing else). Returns the stored token and the full token string, which
+/// nothing else); the platform's has the platform scope and no other (it
+/// pushes and rolls back configs, shared parts included, and nothing else). Returns the stored token and the full token string, which
 /// exists nowhere else: show it once.
 pub async fn create_token(
     store: &dyn StateStore,
@@ -39,6 +40,20 @@ pub async fn create_token(
                 ),
             ));
         }
+        TokenSubject::Application(application) if scopes.contains(&Scope::Platform) => {
+            return Err(ApiError::invalid(
+                "scopes",
+                format!(
+                    "the platform scope belongs to platform tokens, not to application {application}'s; create one with `vergence token create --platform`"
+                ),
+            ));
+        }
+        TokenSubject::Platform if scopes.iter().any(|s| *s != Scope::Platform) => {
+            return Err(ApiError::invalid(
+                "scopes",
+                "a platform token pushes and rolls back configs and nothing else; it takes no application scope",
+            ));
+        }
         _ => {}
     }
     let description = description
@@ -53,7 +68,10 @@ pub async fn create_token(
             format!("at most {MAX_DESCRIPTION_CHARS} characters"),
         ));
     }
-    let mut scopes = scopes.to_vec();
+    let mut scopes = match subject {
+        TokenSubject::Platform => vec![Scope::Platform],
+        _ => scopes.to_vec(),
+    };
     scopes.sort();
     scopes.dedup();
     let id = random_hex(ID_BYTES)?;

@@ -864,11 +864,13 @@ impl ApprovalStore for SqliteStore {
 }
 
 /// What the tokens table's `application` column holds for a subject: an
-/// application's name, or `agent:<name>` (`:` is never part of a name).
+/// application's name, `agent:<name>` or `platform:` (`:` is never part
+/// of a name).
 fn subject_key(subject: &TokenSubject) -> String {
     match subject {
         TokenSubject::Application(application) => application.as_str().to_owned(),
         TokenSubject::Agent(agent) => format!("agent:{agent}"),
+        TokenSubject::Platform => "platform:".to_owned(),
     }
 }
 

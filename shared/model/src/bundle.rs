@@ -1,12 +1,22 @@
 //! A config as it was handed to Vergence: the YAML files of a directory (or
 //! of a pushed bundle), keyed by path. Reading them from disk and making
 //! sense of them is the compiler's business; the bundle is what is stored.
+//!
+//! A config is made of parts, each pushed, versioned and rolled back on its
+//! own (docs/per-application-configs.md): one per application and one for
+//! the platform (what several applications share). A part is stored as a
+//! bundle of its files that names the part and the part version it
+//! replaced; the config in force is the bundle of every part's files that
+//! names each part's version. Both are ordinary snapshots, so the stores
+//! keep one kind of record and history needs no table of its own.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::hashing::hash_fields;
+use crate::names::ApplicationName;
 
 /// The YAML files of a config directory, keyed by path relative to it.
 /// Immutable once built; its hash identifies a config snapshot.
@@ -17,21 +27,107 @@ pub struct ConfigBundle {
     /// The directory the files were read from, when they came from disk;
     /// local jobs run relative to it.
     pub root: Option<String>,
+    /// Of a composed config: the hash of each part's snapshot, by
+    /// [`ConfigPart::key`]. Empty for what was read from disk or pushed,
+    /// and for configs stored before parts existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parts: BTreeMap<String, String>,
+    /// Of a part's snapshot: which part, and the version it replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part_of: Option<PartOf>,
+}
+
+/// What a part's snapshot is a version of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartOf {
+    /// [`ConfigPart::key`].
+    pub part: String,
+    /// The hash of the part's snapshot this one replaced; `None` for the
+    /// part's first version.
+    pub previous: Option<String>,
 }
 
 impl ConfigBundle {
     pub fn from_files(files: BTreeMap<String, String>) -> Self {
-        Self { files, root: None }
+        Self {
+            files,
+            root: None,
+            parts: BTreeMap::new(),
+            part_of: None,
+        }
     }
 
-    /// Content hash of the files (not of where they were read from).
+    /// Content hash of the files (not of where they were read from), and of
+    /// the parts a composed config names or the history a part's snapshot
+    /// records: the same files reached by another history are another
+    /// snapshot. A bundle without either hashes as it always did.
     pub fn hash(&self) -> String {
-        let mut fields: Vec<&[u8]> = Vec::with_capacity(self.files.len() * 2);
+        let mut fields: Vec<&[u8]> = Vec::with_capacity(self.files.len() * 2 + 4);
         for (path, content) in &self.files {
             fields.push(path.as_bytes());
             fields.push(content.as_bytes());
         }
+        if !self.parts.is_empty() {
+            // No file path is empty, so this marker cannot be a file's.
+            fields.push(b"");
+            fields.push(b"parts");
+            for (part, hash) in &self.parts {
+                fields.push(part.as_bytes());
+                fields.push(hash.as_bytes());
+            }
+        }
+        if let Some(part_of) = &self.part_of {
+            fields.push(b"");
+            fields.push(b"partOf");
+            fields.push(part_of.part.as_bytes());
+            fields.push(part_of.previous.as_deref().unwrap_or("").as_bytes());
+        }
         hash_fields(fields)
+    }
+}
+
+/// One part of a config: an application's (its application document, its
+/// services and the runtimes and protections only it uses) or the
+/// platform's (what several applications share, or none uses).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConfigPart {
+    Platform,
+    Application(ApplicationName),
+}
+
+impl ConfigPart {
+    /// How a composed config names the part: `platform` or `application:NAME`
+    /// (`:` is never part of a name).
+    pub fn key(&self) -> String {
+        match self {
+            ConfigPart::Platform => "platform".to_owned(),
+            ConfigPart::Application(application) => format!("application:{application}"),
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        if key == "platform" {
+            return Some(ConfigPart::Platform);
+        }
+        let name = key.strip_prefix("application:")?;
+        name.parse().ok().map(ConfigPart::Application)
+    }
+
+    pub fn application(&self) -> Option<&ApplicationName> {
+        match self {
+            ConfigPart::Application(application) => Some(application),
+            ConfigPart::Platform => None,
+        }
+    }
+}
+
+impl fmt::Display for ConfigPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigPart::Platform => f.write_str("the platform part"),
+            ConfigPart::Application(application) => write!(f, "application {application}'s part"),
+        }
     }
 }
 
@@ -55,5 +151,47 @@ mod tests {
         a.root = Some("/somewhere".into());
         assert_eq!(a.hash(), b.hash());
         assert_ne!(a.hash(), bundle(&[("a.yaml", "y")]).hash());
+    }
+
+    #[test]
+    fn the_same_files_with_another_history_are_another_snapshot() {
+        let plain = bundle(&[("a.yaml", "x")]);
+        let mut first = plain.clone();
+        first.part_of = Some(PartOf {
+            part: "application:shop".into(),
+            previous: None,
+        });
+        let mut again = first.clone();
+        again.part_of = Some(PartOf {
+            part: "application:shop".into(),
+            previous: Some(first.hash()),
+        });
+        let mut composed = plain.clone();
+        composed
+            .parts
+            .insert("application:shop".into(), first.hash());
+        let hashes = [plain.hash(), first.hash(), again.hash(), composed.hash()];
+        let distinct: std::collections::BTreeSet<_> = hashes.iter().collect();
+        assert_eq!(distinct.len(), 4, "{hashes:?}");
+        // A bundle stored before parts existed reads back and hashes as it did.
+        let stored: ConfigBundle =
+            serde_json::from_str(r#"{"files":{"a.yaml":"x"},"root":null}"#).unwrap();
+        assert_eq!(stored.hash(), plain.hash());
+        assert_eq!(
+            serde_json::to_string(&stored).unwrap(),
+            r#"{"files":{"a.yaml":"x"},"root":null}"#
+        );
+    }
+
+    #[test]
+    fn part_keys_read_back() {
+        for part in [
+            ConfigPart::Platform,
+            ConfigPart::Application("platform".parse().unwrap()),
+        ] {
+            assert_eq!(ConfigPart::from_key(&part.key()), Some(part));
+        }
+        assert_eq!(ConfigPart::from_key("application:"), None);
+        assert_eq!(ConfigPart::from_key("shop"), None);
     }
 }

@@ -1,5 +1,7 @@
-//! API tokens: an application's, with scopes, or an agent's, which can do
-//! that agent's work and nothing else. Only a hash of the secret is ever
+//! API tokens: an application's, with scopes; an agent's, which can do
+//! that agent's work and nothing else; or the platform's, which pushes
+//! configs (the parts several applications share, and whole configs) and
+//! nothing else. Only a hash of the secret is ever
 //! stored; the whole token is shown once, when it is created.
 
 use std::fmt;
@@ -19,6 +21,9 @@ pub enum Scope {
     Approve,
     /// Everything: configs, alerts, pause, pin, rollback.
     Admin,
+    /// Push and roll back configs of any part, the shared one included; the
+    /// scope of platform tokens, and only theirs.
+    Platform,
 }
 
 impl Scope {
@@ -27,6 +32,7 @@ impl Scope {
             Scope::Release => "release",
             Scope::Approve => "approve",
             Scope::Admin => "admin",
+            Scope::Platform => "platform",
         }
     }
 
@@ -35,8 +41,9 @@ impl Scope {
             "release" => Ok(Scope::Release),
             "approve" => Ok(Scope::Approve),
             "admin" => Ok(Scope::Admin),
+            "platform" => Ok(Scope::Platform),
             other => Err(format!(
-                "unknown scope {other:?}; use release, approve or admin"
+                "unknown scope {other:?}; use release, approve or admin (or platform, with --platform)"
             )),
         }
     }
@@ -49,8 +56,8 @@ impl fmt::Display for Scope {
 }
 
 /// Whose a token is. Stored beside the token's other fields as
-/// `"application": NAME` or `"agent": NAME`, so tokens stored before agents
-/// existed read back as application tokens.
+/// `"application": NAME`, `"agent": NAME` or `"platform": null`, so tokens
+/// stored before agents existed read back as application tokens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum TokenSubject {
@@ -58,6 +65,9 @@ pub enum TokenSubject {
     Application(ApplicationName),
     /// `vergence-agent`'s calls: polling for and reporting that agent's work.
     Agent(AgentName),
+    /// The platform team's: pushes and rolls back any part of the config,
+    /// including the runtimes and protections several applications share.
+    Platform,
 }
 
 impl fmt::Display for TokenSubject {
@@ -65,6 +75,7 @@ impl fmt::Display for TokenSubject {
         match self {
             TokenSubject::Application(application) => write!(f, "application {application}"),
             TokenSubject::Agent(agent) => write!(f, "agent {agent}"),
+            TokenSubject::Platform => f.write_str("the platform"),
         }
     }
 }
@@ -88,18 +99,30 @@ pub struct ApiToken {
 }
 
 impl ApiToken {
-    /// Whether the token allows `scope` (admin allows everything). Agent
-    /// tokens allow no scope.
+    /// Whether the token allows `scope` (an application's admin allows
+    /// every application scope). Agent tokens allow no scope; a platform
+    /// token allows only [`Scope::Platform`].
     pub fn allows(&self, scope: Scope) -> bool {
-        self.application().is_some()
-            && (self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin))
+        match self.subject {
+            TokenSubject::Application(_) => {
+                scope != Scope::Platform
+                    && (self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin))
+            }
+            TokenSubject::Platform => scope == Scope::Platform,
+            TokenSubject::Agent(_) => false,
+        }
+    }
+
+    /// Whether this is a platform token.
+    pub fn is_platform(&self) -> bool {
+        self.subject == TokenSubject::Platform
     }
 
     /// The application of an application token.
     pub fn application(&self) -> Option<&ApplicationName> {
         match &self.subject {
             TokenSubject::Application(application) => Some(application),
-            TokenSubject::Agent(_) => None,
+            TokenSubject::Agent(_) | TokenSubject::Platform => None,
         }
     }
 
@@ -107,7 +130,7 @@ impl ApiToken {
     pub fn agent(&self) -> Option<&AgentName> {
         match &self.subject {
             TokenSubject::Agent(agent) => Some(agent),
-            TokenSubject::Application(_) => None,
+            TokenSubject::Application(_) | TokenSubject::Platform => None,
         }
     }
 }
@@ -158,5 +181,23 @@ mod tests {
         assert_eq!(token.agent().map(|a| a.as_str()), Some("prod-eu"));
         assert_eq!(token.application(), None);
         assert!(!token.allows(Scope::Admin));
+    }
+
+    #[test]
+    fn platform_tokens_push_configs_and_nothing_else() {
+        let stored = r#"{"id":"t3","platform":null,"scopes":["platform"],"secretSha256":"ab","description":null,"createdAt":"2027-01-15T08:00:00Z","createdBy":"cli:alice"}"#;
+        let token: ApiToken = serde_json::from_str(stored).unwrap();
+        assert!(token.is_platform());
+        assert_eq!(token.application(), None);
+        assert!(token.allows(Scope::Platform));
+        assert!(!token.allows(Scope::Admin));
+        assert_eq!(serde_json::to_string(&token).unwrap(), stored);
+        let admin: ApiToken = serde_json::from_str(&stored.replace(
+            r#""platform":null,"scopes":["platform"]"#,
+            r#""application":"shop","scopes":["admin"]"#,
+        ))
+        .unwrap();
+        assert!(admin.allows(Scope::Release));
+        assert!(!admin.allows(Scope::Platform));
     }
 }

@@ -1,17 +1,23 @@
-//! `POST /v1/configs`: upload a config bundle, to validate it or apply it.
+//! Configs: `POST /v1/configs` uploads a whole config or one
+//! application's part (`?application=NAME`), to validate it or apply it;
+//! `GET /v1/applications/{app}/configs` lists the versions of an
+//! application's part and `POST /v1/applications/{app}/configs/rollback`
+//! brings an earlier one back. Who may push what is decided by the parts a
+//! push changes (docs/per-application-configs.md).
 
 use std::path::{Component, Path};
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, Request, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path as PathParam, Query, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use vergence_engine::control::{PartVersion, PreparedPush};
 use vergence_model::ConfigBundle;
-use vergence_model::{ApplicationName, Scope};
+use vergence_model::{ApplicationName, ConfigPart, Scope};
 
-use super::{parse_json, query_error, read_body};
+use super::{parse_json, parse_name, path_error, query_error, read_body};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{ConfigPushRequest, ValidationReport};
 use crate::{ApiError, ApiState};
@@ -19,11 +25,17 @@ use crate::{ApiError, ApiState};
 /// Longest accepted file path in a bundle.
 const MAX_PATH_LEN: usize = 512;
 
+/// Versions listed unless `limit` says otherwise, and the most it may say.
+const DEFAULT_VERSION_LIMIT: usize = 50;
+const MAX_VERSION_LIMIT: usize = 1000;
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct ConfigQuery {
     #[serde(default)]
     validate_only: bool,
+    /// Push only this application's part; the others stay as they are.
+    application: Option<String>,
 }
 
 pub(super) async fn push(
@@ -34,55 +46,205 @@ pub(super) async fn push(
 ) -> Result<Response, ApiError> {
     let caller = authenticate(&api, &headers).await?;
     let Query(query) = query.map_err(query_error)?;
-    // Which applications the config touches is only known once it parses;
-    // the scope is checked first so non-admin tokens learn nothing more.
-    caller.require_scope(Scope::Admin)?;
+    // Which parts the config changes is only known once it parses; the
+    // scope is checked first so other tokens learn nothing more.
+    let application: Option<ApplicationName> = query
+        .application
+        .as_deref()
+        .map(|raw| parse_name("application", raw))
+        .transpose()?;
+    require_config_scope(&caller, application.as_ref())?;
     let body = read_body(&api, request).await?;
     let push: ConfigPushRequest = parse_json(&body)?;
     let bundle = bundle_of(push)?;
-    let model = api.control.validate(&bundle)?;
-    let applications = model.applications();
-    for application in &applications {
-        caller.authorize(application, Scope::Admin)?;
-    }
     if query.validate_only {
+        let prepared = api
+            .control
+            .prepare_push(&bundle, application.as_ref(), None)
+            .await?;
+        authorize_push(&caller, &prepared)?;
+        let model = prepared.model();
         return Ok(Json(ValidationReport {
             hash: model.hash().to_owned(),
-            applications,
+            applications: model.applications(),
             runtimes: model.runtime_count(),
             instances: model.instance_keys().len(),
         })
         .into_response());
     }
-    authorize_removals(&api, &caller, &applications).await?;
     let report = api
         .control
-        .apply_compiled(model, bundle, &caller.actor())
+        .push_config(
+            &bundle,
+            application.as_ref(),
+            &caller.actor(),
+            None,
+            |prepared| authorize_push(&caller, prepared),
+        )
         .await?;
     Ok(Json(report).into_response())
 }
 
-/// The config in force is replaced as a whole: an application missing from
-/// the new bundle loses its instances. Only that application's admin may
-/// do that, so a token of one application cannot remove another's.
-async fn authorize_removals(
-    api: &ApiState,
+/// Pushing needs a platform token, or an application's admin token (of
+/// the application pushed, when one is named).
+fn require_config_scope(
     caller: &Caller,
-    applications: &[ApplicationName],
+    application: Option<&ApplicationName>,
 ) -> Result<(), ApiError> {
-    let Some(current) = api.control.current_config().await? else {
+    if caller.token.allows(Scope::Platform) {
         return Ok(());
-    };
-    for application in current.channels.keys() {
-        if !applications.contains(application) {
-            caller.authorize(application, Scope::Admin).map_err(|_| {
-                ApiError::Authorize(format!(
-                    "applying this config would remove application {application}, which the token cannot administer; include it in the bundle"
-                ))
-            })?;
-        }
+    }
+    match application {
+        Some(application) => caller.authorize(application, Scope::Admin),
+        None => caller.require_scope(Scope::Admin),
+    }
+}
+
+/// Who may make a push, given the parts it changes: an application's part
+/// its admin (or a platform token), the platform part (runtimes and
+/// protections several applications share) only a platform token. A push
+/// of one application's part that would change another part is refused
+/// whoever makes it: nothing outside the named application moves.
+fn authorize_push(caller: &Caller, prepared: &PreparedPush) -> Result<(), ApiError> {
+    if let Some(refusal) = prepared.scope_refusal() {
+        return Err(ApiError::Authorize(refusal));
+    }
+    if caller.token.allows(Scope::Platform) {
+        return Ok(());
+    }
+    for part in prepared.changed().keys() {
+        let owner = match part {
+            ConfigPart::Application(application)
+                if caller.token.application() == Some(application) =>
+            {
+                continue;
+            }
+            ConfigPart::Application(application) => {
+                format!("{application}'s admin or a platform token")
+            }
+            ConfigPart::Platform => {
+                "a platform token (`vergence token create --platform`)".to_owned()
+            }
+        };
+        return Err(ApiError::Authorize(format!(
+            "token {} belongs to {}, but this config changes {}, which only {owner} may change; nothing was changed",
+            caller.short_id(),
+            caller.token.subject,
+            prepared.describe(part),
+        )));
     }
     Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct VersionsQuery {
+    limit: Option<String>,
+}
+
+/// `GET /v1/applications/{app}/configs`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct VersionsResponse {
+    application: ApplicationName,
+    /// Newest first; the first is the version in force.
+    versions: Vec<PartVersion>,
+}
+
+/// The application of the path, for a caller that may see or change its
+/// config: its own tokens (any scope to read, admin to change) or a
+/// platform token.
+async fn config_application(
+    api: &ApiState,
+    headers: &HeaderMap,
+    path: Result<PathParam<String>, PathRejection>,
+    scope: Option<Scope>,
+) -> Result<(Caller, ApplicationName), ApiError> {
+    let caller = authenticate(api, headers).await?;
+    let PathParam(app) = path.map_err(path_error)?;
+    let application: ApplicationName = parse_name("application", &app)?;
+    if !caller.token.allows(Scope::Platform) {
+        match scope {
+            Some(scope) => caller.authorize(&application, scope)?,
+            None => caller.authorize_application(&application)?,
+        }
+    }
+    Ok((caller, application))
+}
+
+pub(super) async fn versions(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<PathParam<String>, PathRejection>,
+    query: Result<Query<VersionsQuery>, QueryRejection>,
+) -> Result<Json<VersionsResponse>, ApiError> {
+    let (_, application) = config_application(&api, &headers, path, None).await?;
+    let Query(query) = query.map_err(query_error)?;
+    let limit = match query.limit.as_deref() {
+        None => DEFAULT_VERSION_LIMIT,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_VERSION_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid("limit", format!("a number from 1 to {MAX_VERSION_LIMIT}"))
+            })?,
+    };
+    let versions = api
+        .control
+        .part_versions(&ConfigPart::Application(application.clone()), limit)
+        .await?;
+    if versions.is_empty() {
+        let configured = api
+            .control
+            .current_config()
+            .await?
+            .is_some_and(|current| current.channels.contains_key(&application));
+        if !configured {
+            return Err(
+                vergence_model::Error::not_found(format!("application {application}")).into(),
+            );
+        }
+    }
+    Ok(Json(VersionsResponse {
+        application,
+        versions,
+    }))
+}
+
+/// `POST /v1/applications/{app}/configs/rollback`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RollbackRequest {
+    /// The version to bring back (a hash, or at least 7 of its first
+    /// characters); default the one before the version in force.
+    to: Option<String>,
+}
+
+pub(super) async fn rollback(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<PathParam<String>, PathRejection>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (caller, application) =
+        config_application(&api, &headers, path, Some(Scope::Admin)).await?;
+    let body = read_body(&api, request).await?;
+    let rollback: RollbackRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RollbackRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let report = api
+        .control
+        .rollback_config(
+            &application,
+            rollback.to.as_deref(),
+            &caller.actor(),
+            |prepared| authorize_push(&caller, prepared),
+        )
+        .await?;
+    Ok(Json(report).into_response())
 }
 
 /// The bundle of an upload: relative `*.yaml`/`*.yml`/`*.json` paths only, so a

@@ -1,10 +1,13 @@
-//! Uploading config bundles.
+//! Uploading config bundles, whole or one application's part, and the
+//! versions and rollback of an application's part.
+
+use std::collections::BTreeMap;
 
 use axum::http::{Method, StatusCode};
-use serde_json::json;
-use vergence_model::ConfigBundle;
-use vergence_model::Scope;
-use vergence_model::ports::ConfigStore;
+use serde_json::{Value, json};
+use vergence_api::create_token;
+use vergence_model::ports::{Clock, ConfigStore, EventStore, InstanceFilter, InstanceStore};
+use vergence_model::{ConfigBundle, EventFilter, Scope, TokenSubject};
 
 use crate::common::{Api, quickstart_files, quickstart_push, request, two_applications};
 
@@ -126,12 +129,7 @@ async fn a_config_upload_needs_an_admin_token() {
             "forbidden",
         )
         .await;
-    assert!(
-        reply.error()["message"]
-            .as_str()
-            .unwrap()
-            .contains("lacks scope admin")
-    );
+    assert!(reply.message().contains("lacks scope admin"));
 }
 
 #[tokio::test]
@@ -179,10 +177,9 @@ async fn a_config_that_would_remove_another_application_is_refused() {
         )
         .await;
     assert!(
-        reply.error()["message"]
-            .as_str()
-            .unwrap()
-            .contains("remove application blog"),
+        reply
+            .message()
+            .contains("application blog's part (blog.yaml)"),
         "{reply:?}"
     );
 }
@@ -260,4 +257,542 @@ async fn a_config_nested_thousands_deep_is_refused_and_the_server_lives_on() {
         ))
         .await;
     assert_eq!(status.status, StatusCode::OK, "{status:?}");
+}
+
+/// A runtime both shop and blog use, in a file of its own: the platform's.
+const SHARED: &str = "\
+runtime:
+  name: notify
+  apply:
+    taskConfig:
+      program:
+        cmd: [./scripts/notify.sh]
+";
+
+/// shop and blog, each with its own files, and `shared.yaml` with a
+/// runtime both list in their release channels.
+fn shared_config() -> BTreeMap<String, String> {
+    let mut files = two_applications();
+    let application = files.get_mut("application.yaml").unwrap();
+    *application = application.replace(
+        "        - runtime: files-structured\n",
+        "        - runtime: files-structured\n        - runtime: notify\n",
+    );
+    let blog = files.get_mut("blog.yaml").unwrap();
+    *blog = blog.replace(
+        "        - runtime: blog-files\n",
+        "        - runtime: blog-files\n        - runtime: notify\n",
+    );
+    files.insert("shared.yaml".into(), SHARED.into());
+    files
+}
+
+/// shop's files of [`shared_config`], as shop's team has them.
+fn shop_files() -> BTreeMap<String, String> {
+    let mut files = shared_config();
+    files.retain(|path, _| {
+        ["application.yaml", "runtimes.yaml", "services.yaml"].contains(&path.as_str())
+    });
+    files
+}
+
+/// shop with one more service: three more instances, all shop's.
+fn shop_with_cart() -> BTreeMap<String, String> {
+    let mut files = shop_files();
+    files.get_mut("services.yaml").unwrap().push_str(
+        "---\nservice:\n  application: shop\n  name: cart\n  runtime: files-apply-only\n  custom:\n    parameterValues:\n      - name: service\n        string: cart\n",
+    );
+    files
+}
+
+async fn with_shared_config() -> Api {
+    let api = Api::new();
+    api.control
+        .apply_config(ConfigBundle::from_files(shared_config()), "test")
+        .await
+        .unwrap();
+    api
+}
+
+async fn platform_token(api: &Api) -> String {
+    create_token(
+        api.store.as_ref(),
+        &TokenSubject::Platform,
+        &[],
+        None,
+        "test",
+        api.clock.as_ref(),
+    )
+    .await
+    .unwrap()
+    .1
+}
+
+/// What a push must leave alone of one application: its instances (with
+/// their revisions) and its audit trail.
+async fn trail_of(
+    api: &Api,
+    app: &str,
+) -> (
+    Vec<vergence_model::InstanceRecord>,
+    Vec<vergence_model::Event>,
+) {
+    let application = app.parse().unwrap();
+    let instances = api
+        .store
+        .list_instances(&InstanceFilter {
+            application: Some(application),
+            ..InstanceFilter::default()
+        })
+        .await
+        .unwrap();
+    let events = api
+        .store
+        .list_events(&EventFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.application.as_str() == app)
+        .collect();
+    (instances, events)
+}
+
+fn push_of(files: &BTreeMap<String, String>) -> String {
+    json!({ "files": files }).to_string()
+}
+
+async fn versions(api: &Api, app: &str, token: &str) -> Vec<Value> {
+    let reply = api
+        .call(
+            Method::GET,
+            &format!("/v1/applications/{app}/configs"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["application"], app);
+    reply.json["versions"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn an_applications_admin_pushes_its_part_without_touching_the_others() {
+    let api = with_shared_config().await;
+    let shop_admin = api.token("shop", &[Scope::Admin]).await;
+    let blog_before = trail_of(&api, "blog").await;
+    assert!(!blog_before.0.is_empty() && !blog_before.1.is_empty());
+
+    let reply = api
+        .send(request(
+            Method::POST,
+            "/v1/configs?application=shop",
+            Some(&shop_admin),
+            Some(push_of(&shop_with_cart())),
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["changedParts"], json!(["application:shop"]));
+    let added: Vec<&str> = reply.json["added"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(added, ["cart", "cart"], "{reply:?}");
+    assert_eq!(
+        trail_of(&api, "blog").await,
+        blog_before,
+        "blog was touched"
+    );
+
+    // The composed config in force keeps blog's and the shared files.
+    let current = api.store.current_config().await.unwrap().unwrap();
+    let composed = api
+        .store
+        .get_snapshot(&current.hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        composed.bundle.files["blog.yaml"],
+        shared_config()["blog.yaml"]
+    );
+    assert_eq!(composed.bundle.files["shared.yaml"], SHARED);
+    assert!(composed.bundle.files["services.yaml"].contains("name: cart"));
+
+    // shop has two versions, the newest in force and pushed by the token;
+    // blog still has its first.
+    let shop = versions(&api, "shop", &shop_admin).await;
+    assert_eq!(shop.len(), 2, "{shop:?}");
+    assert_eq!(shop[0]["current"], true);
+    assert!(shop[0]["actor"].as_str().unwrap().starts_with("api:token-"));
+    assert_eq!(shop[0]["previous"], shop[1]["hash"]);
+    assert_eq!(
+        shop[0]["files"],
+        json!(["application.yaml", "runtimes.yaml", "services.yaml"])
+    );
+    let blog_admin = api.token("blog", &[Scope::Admin]).await;
+    assert_eq!(versions(&api, "blog", &blog_admin).await.len(), 1);
+
+    // A whole config that changes only shop's files is shop's admin's to
+    // push too; the same again changes no part.
+    let mut whole = shared_config();
+    whole.extend(shop_with_cart());
+    whole
+        .get_mut("runtimes.yaml")
+        .unwrap()
+        .push_str("# tuned\n");
+    for expected in [json!(["application:shop"]), json!([])] {
+        let reply = api
+            .call(
+                Method::POST,
+                "/v1/configs",
+                Some(&shop_admin),
+                Some(json!({ "files": whole })),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+        assert_eq!(reply.json["changedParts"], expected, "{reply:?}");
+    }
+    assert_eq!(
+        trail_of(&api, "blog").await,
+        blog_before,
+        "blog was touched"
+    );
+    assert_eq!(versions(&api, "shop", &shop_admin).await.len(), 3);
+}
+
+#[tokio::test]
+async fn an_applications_admin_cannot_change_another_application_or_a_shared_runtime() {
+    let api = with_shared_config().await;
+    let shop_admin = api.token("shop", &[Scope::Admin]).await;
+    let refused = |uri: &'static str, files: BTreeMap<String, String>| {
+        let token = shop_admin.clone();
+        let api = &api;
+        async move {
+            let reply = api
+                .refused(
+                    request(Method::POST, uri, Some(&token), Some(push_of(&files))),
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                )
+                .await;
+            reply.message().to_owned()
+        }
+    };
+
+    // Naming another application.
+    let message = refused("/v1/configs?application=blog", shared_config()).await;
+    assert!(message.contains("not blog"), "{message}");
+
+    // shop's push carrying an edited blog.yaml.
+    let mut files = shop_files();
+    files.insert(
+        "blog.yaml".into(),
+        format!("{}# mine now\n", shared_config()["blog.yaml"]),
+    );
+    let message = refused("/v1/configs?application=shop", files).await;
+    assert!(
+        message.contains("application blog's part (blog.yaml)"),
+        "{message}"
+    );
+
+    // The shared runtime, in shop's part push and in a whole config.
+    let mut files = shop_files();
+    files.insert(
+        "shared.yaml".into(),
+        SHARED.replace("notify.sh", "notify.sh, --loud"),
+    );
+    let message = refused("/v1/configs?application=shop", files.clone()).await;
+    assert!(
+        message.contains("the platform part (shared.yaml, used by blog and shop)"),
+        "{message}"
+    );
+    let mut whole = shared_config();
+    whole.extend(files);
+    let message = refused("/v1/configs", whole).await;
+    assert!(
+        message.contains("the platform part (shared.yaml, used by blog and shop)")
+            && message.contains("only a platform token"),
+        "{message}"
+    );
+
+    // Taking blog's runtime into shop's channels would make it shared.
+    let mut files = shop_files();
+    let application = files.get_mut("application.yaml").unwrap();
+    *application = application.replace(
+        "        - runtime: notify\n",
+        "        - runtime: notify\n        - runtime: blog-files\n",
+    );
+    let message = refused("/v1/configs?application=shop", files).await;
+    assert!(message.contains("blog.yaml"), "{message}");
+
+    // A part whose files define no such application is not a push of it.
+    let mut files = shop_files();
+    files.remove("application.yaml");
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                "/v1/configs?application=shop",
+                Some(&shop_admin),
+                Some(push_of(&files)),
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalidConfig",
+        )
+        .await;
+    assert!(
+        reply.error()["errors"]
+            .to_string()
+            .contains("services.yaml"),
+        "{reply:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_part_that_breaks_the_config_is_rejected_naming_the_files() {
+    let api = with_shared_config().await;
+    let shop_admin = api.token("shop", &[Scope::Admin]).await;
+    let mut files = shop_files();
+    // A typo in shop's part: the composed config is compiled as a whole.
+    let services = files.get_mut("services.yaml").unwrap();
+    *services = services.replacen("runtime: files-structured", "runtime: files-structurd", 1);
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                "/v1/configs?application=shop",
+                Some(&shop_admin),
+                Some(push_of(&files)),
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalidConfig",
+        )
+        .await;
+    let errors = reply.error()["errors"].as_array().unwrap().clone();
+    assert!(
+        errors.iter().any(|e| e["file"] == "services.yaml"
+            && e["message"].as_str().unwrap().contains("files-structurd")),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_platform_token_changes_shared_runtimes_and_nothing_else() {
+    let api = with_shared_config().await;
+    let platform = platform_token(&api).await;
+    let before = (
+        trail_of(&api, "shop").await.0,
+        trail_of(&api, "blog").await.0,
+    );
+    let mut files = shared_config();
+    files.insert(
+        "shared.yaml".into(),
+        format!("# owned by the platform team\n{SHARED}"),
+    );
+    let reply = api
+        .call(
+            Method::POST,
+            "/v1/configs",
+            Some(&platform),
+            Some(json!({ "files": files })),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["changedParts"], json!(["platform"]));
+    // A comment changes no instance.
+    assert_eq!(
+        (
+            trail_of(&api, "shop").await.0,
+            trail_of(&api, "blog").await.0
+        ),
+        before
+    );
+    let current = api.store.current_config().await.unwrap().unwrap();
+    let composed = api
+        .store
+        .get_snapshot(&current.hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(composed.bundle.files["shared.yaml"].starts_with("# owned by"));
+
+    // It pushes configs, and does not release, approve or read status.
+    api.refused(
+        request(
+            Method::GET,
+            "/v1/applications/shop/status",
+            Some(&platform),
+            None,
+        ),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn rollback_restores_an_applications_previous_part_and_leaves_the_others() {
+    let api = with_shared_config().await;
+    let shop_admin = api.token("shop", &[Scope::Admin]).await;
+    let blog_admin = api.token("blog", &[Scope::Admin]).await;
+    let push = |token: &str, app: &str, files: BTreeMap<String, String>| {
+        let request = request(
+            Method::POST,
+            &format!("/v1/configs?application={app}"),
+            Some(token),
+            Some(push_of(&files)),
+        );
+        let api = &api;
+        async move {
+            let reply = api.send(request).await;
+            assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+            reply
+        }
+    };
+    push(&shop_admin, "shop", shop_with_cart()).await;
+    let mut blog = BTreeMap::new();
+    blog.insert(
+        "blog.yaml".to_owned(),
+        format!("{}# v2\n", shared_config()["blog.yaml"]),
+    );
+    push(&blog_admin, "blog", blog).await;
+    let blog_before = trail_of(&api, "blog").await;
+    let blog_versions = versions(&api, "blog", &blog_admin).await;
+
+    // Another application's admin cannot roll shop back.
+    api.refused(
+        request(
+            Method::POST,
+            "/v1/applications/shop/configs/rollback",
+            Some(&blog_admin),
+            Some("{}".into()),
+        ),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+
+    let reply = api
+        .call(
+            Method::POST,
+            "/v1/applications/shop/configs/rollback",
+            Some(&shop_admin),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["changedParts"], json!(["application:shop"]));
+    let removed: Vec<&str> = reply.json["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, ["cart", "cart"], "{reply:?}");
+    let current = api.store.current_config().await.unwrap().unwrap();
+    let composed = api
+        .store
+        .get_snapshot(&current.hash)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        composed.bundle.files["services.yaml"],
+        shared_config()["services.yaml"]
+    );
+    assert!(
+        composed.bundle.files["blog.yaml"].ends_with("# v2\n"),
+        "blog's v2 stays"
+    );
+    assert_eq!(
+        trail_of(&api, "blog").await,
+        blog_before,
+        "blog was touched"
+    );
+    assert_eq!(versions(&api, "blog", &blog_admin).await, blog_versions);
+
+    // The rollback is a version of its own; rolling forward names a hash.
+    let shop = versions(&api, "shop", &shop_admin).await;
+    assert_eq!(shop.len(), 3, "{shop:?}");
+    let with_cart = shop[1]["hash"].as_str().unwrap();
+    let reply = api
+        .call(
+            Method::POST,
+            "/v1/applications/shop/configs/rollback",
+            Some(&shop_admin),
+            Some(json!({ "to": &with_cart[..12] })),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(
+        reply.json["added"].as_array().unwrap().len(),
+        2,
+        "{reply:?}"
+    );
+
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                "/v1/applications/shop/configs/rollback",
+                Some(&shop_admin),
+                Some(json!({ "to": "0000000" }).to_string()),
+            ),
+            StatusCode::NOT_FOUND,
+            "notFound",
+        )
+        .await;
+    assert!(reply.message().contains("configs list --app shop"));
+}
+
+#[tokio::test]
+async fn a_config_stored_before_parts_existed_is_split_on_the_next_push() {
+    let api = with_shared_config().await;
+    // Point at the same files stored as one bundle, as before parts.
+    let legacy = ConfigBundle::from_files(shared_config());
+    let current = api.store.current_config().await.unwrap().unwrap();
+    api.store
+        .put_snapshot(&vergence_model::ports::ConfigSnapshot {
+            hash: legacy.hash(),
+            bundle: legacy.clone(),
+            created_at: api.clock.now(),
+            actor: "test".into(),
+        })
+        .await
+        .unwrap();
+    let mut pointer = current.clone();
+    pointer.hash = legacy.hash();
+    api.store
+        .set_current_config(&pointer, Some(current.revision))
+        .await
+        .unwrap();
+    let shop_admin = api.token("shop", &[Scope::Admin]).await;
+    let blog_before = trail_of(&api, "blog").await;
+    assert_eq!(
+        versions(&api, "shop", &shop_admin).await,
+        Vec::<Value>::new()
+    );
+
+    let reply = api
+        .send(request(
+            Method::POST,
+            "/v1/configs?application=shop",
+            Some(&shop_admin),
+            Some(push_of(&shop_with_cart())),
+        ))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.json["changedParts"], json!(["application:shop"]));
+    assert_eq!(
+        trail_of(&api, "blog").await,
+        blog_before,
+        "blog was touched"
+    );
+    let shop = versions(&api, "shop", &shop_admin).await;
+    assert_eq!(shop.len(), 1, "{shop:?}");
+    assert_eq!(shop[0]["previous"], Value::Null);
+    let blog_admin = api.token("blog", &[Scope::Admin]).await;
+    assert_eq!(versions(&api, "blog", &blog_admin).await.len(), 1);
 }

@@ -15,10 +15,11 @@ use std::path::Path;
 use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
 use vergence_api::create_token;
-use vergence_model::ports::{AgentStore, TokenStore};
+use vergence_engine::control::PauseAction;
+use vergence_model::ports::{AgentStore, InstanceFilter, TokenStore};
 use vergence_model::{ConfigBundle, Scope, TokenSubject, split_token, token_string};
 
-use crate::common::{Api, quickstart_files, request, two_applications};
+use crate::common::{Api, request, two_applications};
 
 /// Every kind of caller a request can come from. The route's application
 /// is always shop; blog is another configured application.
@@ -37,12 +38,17 @@ enum Caller {
     OwnAgent,
     /// The token of another agent (`prod-us`).
     OtherAgent,
+    /// A platform token: it pushes and rolls back configs, shared parts
+    /// included, and does nothing else.
+    Platform,
 }
 
-use Caller::{Blog, Malformed, NoToken, OtherAgent, OwnAgent, Revoked, Shop, WrongSecret};
+use Caller::{
+    Blog, Malformed, NoToken, OtherAgent, OwnAgent, Platform, Revoked, Shop, WrongSecret,
+};
 use Scope::{Admin, Approve, Release};
 
-const CALLERS: [Caller; 12] = [
+const CALLERS: [Caller; 13] = [
     NoToken,
     Malformed,
     WrongSecret,
@@ -55,6 +61,7 @@ const CALLERS: [Caller; 12] = [
     Blog(Admin),
     OwnAgent,
     OtherAgent,
+    Platform,
 ];
 
 const SHOP_TOKENS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Admin)];
@@ -71,16 +78,37 @@ const APPLICATION_TOKENS: &[Caller] = &[
 /// This is the one write across applications: blog's admin can fire or
 /// resolve an alert that gates shop's instances.
 const ANY_ADMIN: &[Caller] = &[Shop(Admin), Blog(Admin)];
+/// Every valid token, whatever it belongs to: `whoami` tells each what it is.
+const ANY_TOKEN: &[Caller] = &[
+    Shop(Release),
+    Shop(Approve),
+    Shop(Admin),
+    Blog(Release),
+    Blog(Approve),
+    Blog(Admin),
+    OwnAgent,
+    OtherAgent,
+    Platform,
+];
+
+/// Who may change shop's config: its admin and the platform.
+const SHOP_CONFIG: &[Caller] = &[Shop(Admin), Platform];
+/// Who may read shop's config versions: its tokens and the platform.
+const SHOP_CONFIG_READERS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Admin), Platform];
 
 /// The config in force when the request is made.
 #[derive(Clone, Copy, Debug)]
 enum Setup {
     /// shop and blog, so blog's tokens belong to a live application.
     ShopAndBlog,
-    /// shop alone: the config in force is replaced as a whole and a token
-    /// is one application's, so with two applications configured no token
-    /// at all could push a config, and the allowed case would prove nothing.
-    ShopOnly,
+    /// shop and blog, then shop's part pushed again with a change: shop's
+    /// config has a version to roll back to.
+    ShopPushedTwice,
+    /// shop and blog, with shop/web in prod paused: resuming writes.
+    Paused,
+    /// shop and blog, with releases v1 and v2 of shop/web pushed: prod
+    /// wants v2 and can be rolled back to v1.
+    Released,
 }
 
 /// What the handler answers an allowed caller.
@@ -108,7 +136,7 @@ struct Row {
 
 fn table() -> Vec<Row> {
     use Answer::{NoAgentDesk, Reads, Writes};
-    use Setup::{ShopAndBlog, ShopOnly};
+    use Setup::{Paused, Released, ShopAndBlog, ShopPushedTwice};
     let row = |method, path, allowed, setup, body, answer| Row {
         method,
         path,
@@ -119,12 +147,31 @@ fn table() -> Vec<Row> {
     };
     vec![
         row("GET", "/v1/healthz", &CALLERS, ShopAndBlog, None, Reads),
+        row("GET", "/v1/whoami", ANY_TOKEN, ShopAndBlog, None, Reads),
+        // A push is allowed by the parts it changes: this one changes
+        // shop's part only, which blog's admin may not change.
         row(
             "POST",
             "/v1/configs",
-            &[Shop(Admin)],
-            ShopOnly,
+            SHOP_CONFIG,
+            ShopAndBlog,
             Some(config_push),
+            Writes,
+        ),
+        row(
+            "GET",
+            "/v1/applications/{app}/configs",
+            SHOP_CONFIG_READERS,
+            ShopPushedTwice,
+            None,
+            Reads,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/configs/rollback",
+            SHOP_CONFIG,
+            ShopPushedTwice,
+            Some(|| json!({})),
             Writes,
         ),
         row(
@@ -142,6 +189,48 @@ fn table() -> Vec<Row> {
             ShopAndBlog,
             Some(|| json!({"version": "v2"})),
             Writes,
+        ),
+        row(
+            "GET",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}",
+            SHOP_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        // Operator actions on one instance are admin's, as in the CLI.
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/pause",
+            &[Shop(Admin)],
+            ShopAndBlog,
+            None,
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/resume",
+            &[Shop(Admin)],
+            Paused,
+            None,
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/rollback",
+            &[Shop(Admin)],
+            Released,
+            Some(|| json!({"version": "v1"})),
+            Writes,
+        ),
+        // Alerts are global, like agents: any application may read them.
+        row(
+            "GET",
+            "/v1/alerts",
+            APPLICATION_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
         ),
         row(
             "PUT",
@@ -212,10 +301,11 @@ fn table() -> Vec<Row> {
     ]
 }
 
-/// The quickstart again with one more comment: a new content hash, so an
-/// accepted push visibly replaces the config in force.
+/// shop and blog again with one more comment in shop's file: a new content
+/// hash of shop's part only, so an accepted push visibly replaces the
+/// config in force and only shop's admin (or the platform) may make it.
 fn config_push() -> Value {
-    let mut files = quickstart_files();
+    let mut files = two_applications();
     files
         .get_mut("application.yaml")
         .unwrap()
@@ -262,13 +352,52 @@ fn uri_of(template: &str) -> String {
 async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>) {
     let api = Api::new();
     let files = match setup {
-        Setup::ShopAndBlog => two_applications(),
-        Setup::ShopOnly => quickstart_files(),
+        Setup::ShopAndBlog | Setup::Paused | Setup::Released | Setup::ShopPushedTwice => {
+            two_applications()
+        }
     };
     api.control
         .apply_config(ConfigBundle::from_files(files), "test")
         .await
         .unwrap();
+    if let Setup::ShopPushedTwice = setup {
+        let files = config_push()["files"].clone();
+        let files = serde_json::from_value(files).unwrap();
+        api.control
+            .apply_config(ConfigBundle::from_files(files), "test")
+            .await
+            .unwrap();
+    }
+    let shop = || Some("shop".parse().unwrap());
+    let web: vergence_model::ServiceName = "web".parse().unwrap();
+    match setup {
+        Setup::Paused => {
+            let filter = InstanceFilter {
+                application: shop(),
+                service: Some(web),
+                release_channel: Some("prod".parse().unwrap()),
+            };
+            api.control
+                .pause(&filter, PauseAction::Pause, "test")
+                .await
+                .unwrap();
+        }
+        Setup::Released => {
+            for version in ["v1", "v2"] {
+                api.control
+                    .push_release(
+                        shop(),
+                        &web,
+                        &version.parse().unwrap(),
+                        &BTreeMap::new(),
+                        "test",
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        Setup::ShopAndBlog | Setup::ShopPushedTwice => {}
+    }
     let mut tokens = BTreeMap::new();
     for (name, app, scope) in [
         ("shop-release", "shop", Release),
@@ -280,6 +409,17 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
     ] {
         tokens.insert(name, api.token(app, &[scope]).await);
     }
+    let (_, platform) = create_token(
+        api.store.as_ref(),
+        &TokenSubject::Platform,
+        &[],
+        None,
+        "test",
+        api.clock.as_ref(),
+    )
+    .await
+    .unwrap();
+    tokens.insert("platform", platform);
     for (name, agent) in [("own-agent", "prod-eu"), ("other-agent", "prod-us")] {
         let (_, token) = create_token(
             api.store.as_ref(),
@@ -319,6 +459,10 @@ fn token_of(caller: Caller, tokens: &BTreeMap<&'static str, String>) -> Option<S
         Blog(Admin) => "blog-admin",
         OwnAgent => "own-agent",
         OtherAgent => "other-agent",
+        Platform => "platform",
+        Shop(Scope::Platform) | Blog(Scope::Platform) => {
+            unreachable!("the platform scope is no application's")
+        }
     };
     Some(tokens[name].clone())
 }

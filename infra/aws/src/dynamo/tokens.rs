@@ -20,6 +20,7 @@ const TOKENS_PK: &str = "tokens";
 const TOKEN_PREFIX: &str = "token#";
 const APPLICATION: &str = "application";
 const AGENT: &str = "agent";
+const PLATFORM: &str = "platform";
 const BODY: &str = "body";
 
 fn token_sk(id: &str) -> String {
@@ -31,6 +32,7 @@ fn subject_attribute(subject: &TokenSubject) -> (&'static str, &str) {
     match subject {
         TokenSubject::Application(application) => (APPLICATION, application.as_str()),
         TokenSubject::Agent(agent) => (AGENT, agent.as_str()),
+        TokenSubject::Platform => (PLATFORM, PLATFORM),
     }
 }
 

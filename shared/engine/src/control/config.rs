@@ -14,8 +14,8 @@ use vergence_model::ports::{
     CompiledConfig, ConfigSnapshot, CurrentConfig, InstanceChange, InstanceCommit, InstanceFilter,
 };
 use vergence_model::{
-    ConfigBundle, Desired, Event, EventKind, InstanceKey, InstanceRecord, InstanceState,
-    Precondition, Release, Version,
+    ApplicationName, ConfigBundle, ConfigPart, Desired, Event, EventKind, InstanceKey,
+    InstanceRecord, InstanceState, PartOf, Precondition, Release, Version,
 };
 
 use super::{Control, MAX_CONFLICT_RETRIES, channel_order, policy, short};
@@ -29,6 +29,208 @@ pub struct ApplyReport {
     pub updated: Vec<InstanceKey>,
     pub removed: Vec<InstanceKey>,
     pub unchanged: usize,
+    /// The parts whose content changed ([`ConfigPart::key`]).
+    #[serde(default)]
+    pub changed_parts: Vec<String>,
+}
+
+/// How many versions of a part are listed (and searched for a rollback).
+const MAX_HISTORY: usize = 1000;
+
+/// The shortest hash prefix a rollback accepts.
+const MIN_HASH_PREFIX: usize = 7;
+
+/// One version of a config part, as `vergence configs list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartVersion {
+    pub hash: String,
+    pub created_at: Timestamp,
+    /// Who pushed it.
+    pub actor: String,
+    pub files: Vec<String>,
+    /// Whether it is the version in force.
+    pub current: bool,
+    /// The version it replaced.
+    pub previous: Option<String>,
+}
+
+/// A part of the config in force: its version (none for a config stored
+/// before parts existed) and its files.
+struct StoredPart {
+    hash: Option<String>,
+    files: BTreeMap<String, String>,
+}
+
+/// A push composed, compiled and split into parts, not yet stored. Who may
+/// make it depends on the parts it changes.
+#[derive(Debug)]
+pub struct PreparedPush {
+    model: Arc<dyn CompiledConfig>,
+    composed: ConfigBundle,
+    /// Snapshots of the parts that get a new version.
+    new_parts: Vec<ConfigBundle>,
+    changed: BTreeMap<ConfigPart, Vec<String>>,
+    application: Option<ApplicationName>,
+    concerns: BTreeMap<String, BTreeSet<ApplicationName>>,
+    current: Option<CurrentConfig>,
+}
+
+impl PreparedPush {
+    pub fn model(&self) -> &Arc<dyn CompiledConfig> {
+        &self.model
+    }
+
+    /// The parts whose content the push changes, each with the files that
+    /// change (added, edited, removed, or moved to another part).
+    pub fn changed(&self) -> &BTreeMap<ConfigPart, Vec<String>> {
+        &self.changed
+    }
+
+    /// What a push of one application's part changes elsewhere (empty for a
+    /// whole push): such a push is refused, whoever makes it.
+    pub fn outside_scope(&self) -> Vec<&ConfigPart> {
+        let Some(application) = &self.application else {
+            return Vec::new();
+        };
+        self.changed
+            .keys()
+            .filter(|part| part.application() != Some(application))
+            .collect()
+    }
+
+    /// Why a push of one application's part is refused when it would
+    /// change another part: `None` when it changes only its own.
+    pub fn scope_refusal(&self) -> Option<String> {
+        let part = self.outside_scope().into_iter().next()?;
+        // Every part shares one tree of paths: two teams that each push a
+        // folder holding `application.yaml` write the same file.
+        let mine = self.application.as_ref()?;
+        Some(format!(
+            "this push of one application's config would also change {}; nothing was changed. Push that part with its own token, or the whole config with a platform token. If those are {mine}'s own files at paths another part already has, keep {mine}'s files in a folder of their own ({mine}/…) and push from its parent directory (docs/per-application-configs.md)",
+            self.describe(part)
+        ))
+    }
+
+    /// A part and the files the push changes in it, for messages:
+    /// `application blog's part (blog.yaml)`, `the platform part
+    /// (runtimes.yaml, used by blog and shop)`.
+    pub fn describe(&self, part: &ConfigPart) -> String {
+        let files = self.changed.get(part).cloned().unwrap_or_default();
+        let users: BTreeSet<&str> = files
+            .iter()
+            .filter_map(|f| self.concerns.get(f))
+            .flatten()
+            .map(|a| a.as_str())
+            .collect();
+        let used_by = match part {
+            ConfigPart::Platform if users.len() > 1 => format!(
+                ", used by {}",
+                users.into_iter().collect::<Vec<_>>().join(" and ")
+            ),
+            ConfigPart::Platform if users.is_empty() => ", used by no application".to_owned(),
+            _ => String::new(),
+        };
+        format!("{part} ({}{used_by})", files.join(", "))
+    }
+
+    /// The applications whose audit trail records the push: those whose
+    /// part changed, those a changed shared file concerns, and those with
+    /// an instance added, updated or removed.
+    fn concerned_applications(&self, report: &ApplyReport) -> BTreeSet<ApplicationName> {
+        let mut told = BTreeSet::new();
+        let applications = self.model.applications();
+        for (part, files) in &self.changed {
+            match part {
+                ConfigPart::Application(application) => {
+                    told.insert(application.clone());
+                }
+                ConfigPart::Platform => {
+                    told.extend(
+                        files
+                            .iter()
+                            .filter_map(|f| self.concerns.get(f))
+                            .flatten()
+                            .cloned(),
+                    );
+                }
+            }
+        }
+        told.extend(
+            report
+                .added
+                .iter()
+                .chain(&report.updated)
+                .chain(&report.removed)
+                .map(|k| k.application.clone()),
+        );
+        // An application that is gone has no audit trail to write to here;
+        // its instances' removals recorded it.
+        told.retain(|a| applications.contains(a));
+        told
+    }
+}
+
+/// The parts whose files differ, each with the paths that differ.
+fn changed_parts(
+    before: &BTreeMap<ConfigPart, StoredPart>,
+    after: &BTreeMap<ConfigPart, BTreeMap<String, String>>,
+) -> BTreeMap<ConfigPart, Vec<String>> {
+    let mut changed = BTreeMap::new();
+    let all_parts: BTreeSet<&ConfigPart> = before.keys().chain(after.keys()).collect();
+    let empty = BTreeMap::new();
+    for part in all_parts {
+        let old = before.get(part).map_or(&empty, |p| &p.files);
+        let new = after.get(part).unwrap_or(&empty);
+        let paths: Vec<String> = old
+            .keys()
+            .chain(new.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|path| old.get(*path) != new.get(*path))
+            .cloned()
+            .collect();
+        if !paths.is_empty() {
+            changed.insert(part.clone(), paths);
+        }
+    }
+    changed
+}
+
+/// Which part each file belongs to. A file keeps its part while its content
+/// and whom it concerns allow: a shared file stays the platform's, and an
+/// application's file stays its own until another application uses what it
+/// defines. A new or edited file is its application's when it concerns
+/// exactly one, and the platform's otherwise (shared, or used by none).
+fn split(
+    files: &BTreeMap<String, String>,
+    concerns: &BTreeMap<String, BTreeSet<ApplicationName>>,
+    before: &BTreeMap<ConfigPart, StoredPart>,
+) -> BTreeMap<ConfigPart, BTreeMap<String, String>> {
+    let none = BTreeSet::new();
+    let mut parts: BTreeMap<ConfigPart, BTreeMap<String, String>> = BTreeMap::new();
+    for (path, content) in files {
+        let applications = concerns.get(path).unwrap_or(&none);
+        let kept = before
+            .iter()
+            .find(|(_, p)| p.files.get(path) == Some(content))
+            .map(|(part, _)| part);
+        let part = match kept {
+            Some(ConfigPart::Platform) => ConfigPart::Platform,
+            Some(ConfigPart::Application(owner)) if applications.iter().all(|a| a == owner) => {
+                ConfigPart::Application(owner.clone())
+            }
+            _ => match applications.iter().collect::<Vec<_>>().as_slice() {
+                [only] => ConfigPart::Application((*only).clone()),
+                _ => ConfigPart::Platform,
+            },
+        };
+        parts
+            .entry(part)
+            .or_default()
+            .insert(path.clone(), content.clone());
+    }
+    parts
 }
 
 /// One line of `vergence plan`.
@@ -58,6 +260,9 @@ pub enum PlanAction {
     Remove,
     /// Waits for a release to set missing parameters.
     WaitForRelease,
+    /// Rolled back from the desired version, which failed: `up` leaves it
+    /// until a new version is pushed.
+    StaysRolledBack,
 }
 
 /// What a config does to one instance: the one diff behind both
@@ -84,57 +289,236 @@ enum InstanceDiff {
 
 impl Control {
     /// Stores a config and makes it the desired state of every instance.
-    /// A config with errors is rejected before anything is written.
+    /// A config with errors is rejected before anything is written. The
+    /// config is split into parts and only the parts whose content changed
+    /// get a new version (docs/per-application-configs.md).
     pub async fn apply_config(&self, bundle: ConfigBundle, actor: &str) -> Result<ApplyReport> {
-        let model = self.validate(&bundle)?;
-        self.apply_compiled(model, bundle, actor).await
+        self.push_config(&bundle, None, actor, None, |_| Ok::<(), Error>(()))
+            .await
     }
 
-    /// [`Control::apply_config`] for a config the caller already compiled
-    /// (to check who may push it, say), so it is compiled once.
+    /// [`Control::apply_config`] for a config the caller already compiled,
+    /// so a whole config that changes nothing is compiled once.
     pub async fn apply_compiled(
         &self,
         model: Arc<dyn CompiledConfig>,
         bundle: ConfigBundle,
         actor: &str,
     ) -> Result<ApplyReport> {
+        self.push_config(&bundle, None, actor, Some(model), |_| Ok::<(), Error>(()))
+            .await
+    }
+
+    /// Pushes a config: the whole config (`application` None), or one
+    /// application's part, keeping every other part as it is. `authorize`
+    /// sees which parts the push changes before anything is stored; its
+    /// error is returned as is. `compiled`, when the caller compiled the
+    /// pushed files already, saves compiling them again.
+    pub async fn push_config<E: From<Error>>(
+        &self,
+        bundle: &ConfigBundle,
+        application: Option<&ApplicationName>,
+        actor: &str,
+        compiled: Option<Arc<dyn CompiledConfig>>,
+        authorize: impl Fn(&PreparedPush) -> std::result::Result<(), E>,
+    ) -> std::result::Result<ApplyReport, E> {
         // Two pushes at once (two `vergence up` on one state, or CI runs
-        // racing) each see the pointer the other moved: the loser applies
-        // again from what is there now, which is idempotent, and finds
-        // nothing left to do when both pushed the same config.
+        // racing) each see the pointer the other moved: the loser composes
+        // again from what is there now, is authorized again for what its
+        // push now changes, and finds nothing left to do when both pushed
+        // the same config.
         let mut attempts = 0;
         loop {
-            match self.apply_compiled_once(&model, &bundle, actor).await {
+            let prepared = self
+                .prepare_push(bundle, application, compiled.clone())
+                .await?;
+            authorize(&prepared)?;
+            match self.commit_push(prepared, actor).await {
                 Err(Error::Conflict { what }) if attempts + 1 < MAX_CONFLICT_RETRIES => {
                     attempts += 1;
                     debug!(%what, attempts, "config push lost a race; applying again");
                 }
-                done => return done,
+                done => return done.map_err(E::from),
             }
         }
     }
 
-    async fn apply_compiled_once(
+    /// Composes the config a push makes, compiles it and splits it into
+    /// parts, storing nothing.
+    pub async fn prepare_push(
         &self,
-        model: &Arc<dyn CompiledConfig>,
         bundle: &ConfigBundle,
-        actor: &str,
-    ) -> Result<ApplyReport> {
-        let now = self.clock.now();
+        application: Option<&ApplicationName>,
+        compiled: Option<Arc<dyn CompiledConfig>>,
+    ) -> Result<PreparedPush> {
         let current = self.store.current_config().await?;
+        let (before_bundle, before) = self.current_parts(current.as_ref()).await?;
+        let mut files = match application {
+            None => BTreeMap::new(),
+            Some(application) => {
+                let mine = before.get(&ConfigPart::Application(application.clone()));
+                let mut kept = before_bundle
+                    .as_ref()
+                    .map(|b| b.files.clone())
+                    .unwrap_or_default();
+                kept.retain(|path, _| mine.is_none_or(|part| !part.files.contains_key(path)));
+                kept
+            }
+        };
+        files.extend(bundle.files.clone());
+        let mut candidate = ConfigBundle::from_files(files);
+        // Local jobs run relative to the root: the other parts' files were
+        // read from the current one, so a part push keeps it.
+        let before_root = before_bundle.as_ref().and_then(|b| b.root.clone());
+        candidate.root = match application {
+            Some(_) => before_root.or_else(|| bundle.root.clone()),
+            None => bundle.root.clone().or(before_root),
+        };
+        let model = match compiled {
+            Some(model) if model.hash() == candidate.hash() => model,
+            _ => self.validate(&candidate)?,
+        };
+        if let Some(application) = application
+            && !model.applications().contains(application)
+        {
+            return Err(Error::invalid(
+                "application",
+                format!(
+                    "the pushed files define no application {application}; push the directory with its `application:` document (to remove an application, push the whole config without it)"
+                ),
+            ));
+        }
+        let concerns = model.file_applications();
+        let after = split(&candidate.files, &concerns, &before);
+        let changed = changed_parts(&before, &after);
+        let mut new_parts = Vec::new();
+        let mut composed = candidate;
+        for (part, files) in after {
+            let previous = before.get(&part).and_then(|p| p.hash.clone());
+            let hash = match &previous {
+                Some(hash) if !changed.contains_key(&part) => hash.clone(),
+                _ => {
+                    let mut snapshot = ConfigBundle::from_files(files);
+                    snapshot.part_of = Some(PartOf {
+                        part: part.key(),
+                        previous,
+                    });
+                    let hash = snapshot.hash();
+                    new_parts.push(snapshot);
+                    hash
+                }
+            };
+            composed.parts.insert(part.key(), hash);
+        }
+        // Pushing what is in force again (every `vergence up`) finds it
+        // compiled already.
+        let model = match self.cached(&composed.hash()) {
+            Some(model) => model,
+            None => self.validate(&composed)?,
+        };
+        Ok(PreparedPush {
+            model,
+            composed,
+            new_parts,
+            changed,
+            application: application.cloned(),
+            concerns,
+            current,
+        })
+    }
+
+    /// The config in force and its parts. A config stored before parts
+    /// existed is split as it would be now, its parts without versions.
+    async fn current_parts(
+        &self,
+        current: Option<&CurrentConfig>,
+    ) -> Result<(Option<ConfigBundle>, BTreeMap<ConfigPart, StoredPart>)> {
+        let Some(current) = current else {
+            return Ok((None, BTreeMap::new()));
+        };
+        let snapshot = self.snapshot(&current.hash).await?;
+        let mut parts = BTreeMap::new();
+        if snapshot.bundle.parts.is_empty() {
+            let model = match self.cached(&current.hash) {
+                Some(model) => model,
+                None => self.validate(&snapshot.bundle)?,
+            };
+            for (part, files) in split(
+                &snapshot.bundle.files,
+                &model.file_applications(),
+                &BTreeMap::new(),
+            ) {
+                parts.insert(part, StoredPart { hash: None, files });
+            }
+            return Ok((Some(snapshot.bundle), parts));
+        }
+        for (key, hash) in &snapshot.bundle.parts {
+            let part = ConfigPart::from_key(key).ok_or_else(|| {
+                Error::invalid(
+                    "config",
+                    format!(
+                        "config snapshot {} names an unknown part {key:?}",
+                        current.hash
+                    ),
+                )
+            })?;
+            let files = self.snapshot(hash).await?.bundle.files;
+            parts.insert(
+                part,
+                StoredPart {
+                    hash: Some(hash.clone()),
+                    files,
+                },
+            );
+        }
+        Ok((Some(snapshot.bundle), parts))
+    }
+
+    async fn snapshot(&self, hash: &str) -> Result<ConfigSnapshot> {
+        self.store
+            .get_snapshot(hash)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("config snapshot {hash}")))
+    }
+
+    /// Stores a prepared push and makes it the desired state. Fails with
+    /// [`Error::Conflict`] when the config in force moved since it was
+    /// prepared.
+    pub async fn commit_push(&self, prepared: PreparedPush, actor: &str) -> Result<ApplyReport> {
+        let now = self.clock.now();
+        for part in &prepared.new_parts {
+            self.store
+                .put_snapshot(&ConfigSnapshot {
+                    hash: part.hash(),
+                    bundle: part.clone(),
+                    created_at: now,
+                    actor: actor.to_owned(),
+                })
+                .await?;
+        }
+        let model = &prepared.model;
         self.store
             .put_snapshot(&ConfigSnapshot {
                 hash: model.hash().to_owned(),
-                bundle: bundle.clone(),
+                bundle: prepared.composed.clone(),
                 created_at: now,
                 actor: actor.to_owned(),
             })
             .await?;
         let existing = self.existing().await?;
         let diffs = self.diff(model.as_ref(), &existing).await?;
-        let report = self.apply_diffs(diffs, model.hash(), actor).await?;
-        self.point_at(model.as_ref(), current, &report, actor, now)
-            .await?;
+        let mut report = self.apply_diffs(diffs, model.hash(), actor).await?;
+        report.changed_parts = prepared.changed.keys().map(ConfigPart::key).collect();
+        let told = prepared.concerned_applications(&report);
+        self.point_at(
+            model.as_ref(),
+            prepared.current.clone(),
+            &report,
+            &told,
+            actor,
+            now,
+        )
+        .await?;
         self.remember(model);
         let touched: Vec<InstanceKey> = report
             .added
@@ -143,8 +527,112 @@ impl Control {
             .cloned()
             .collect();
         self.wake(&touched).await?;
-        info!(hash = %short(model.hash()), added = report.added.len(), updated = report.updated.len(), removed = report.removed.len(), "config applied");
+        info!(hash = %short(model.hash()), parts = ?report.changed_parts, added = report.added.len(), updated = report.updated.len(), removed = report.removed.len(), "config applied");
         Ok(report)
+    }
+
+    /// The versions of one part of the config in force, newest first (at
+    /// most `limit`). Empty when the part has none yet (no such part, or a
+    /// config stored before parts existed).
+    pub async fn part_versions(&self, part: &ConfigPart, limit: usize) -> Result<Vec<PartVersion>> {
+        let Some(current) = self.store.current_config().await? else {
+            return Ok(Vec::new());
+        };
+        let composed = self.snapshot(&current.hash).await?;
+        let mut next = composed.bundle.parts.get(&part.key()).cloned();
+        let mut versions = Vec::new();
+        while let Some(hash) = next.take() {
+            if versions.len() >= limit {
+                break;
+            }
+            let snapshot = self.snapshot(&hash).await?;
+            next = snapshot
+                .bundle
+                .part_of
+                .as_ref()
+                .and_then(|p| p.previous.clone());
+            versions.push(PartVersion {
+                current: versions.is_empty(),
+                hash,
+                created_at: snapshot.created_at,
+                actor: snapshot.actor,
+                files: snapshot.bundle.files.keys().cloned().collect(),
+                previous: next.clone(),
+            });
+        }
+        Ok(versions)
+    }
+
+    /// Rolls an application's part back to an earlier version (`to`, a hash
+    /// or its prefix as `part_versions` lists it; default the one before
+    /// the current), as a push of that version's files: the other parts
+    /// stay, and `authorize` decides as for any push.
+    pub async fn rollback_config<E: From<Error>>(
+        &self,
+        application: &ApplicationName,
+        to: Option<&str>,
+        actor: &str,
+        authorize: impl Fn(&PreparedPush) -> std::result::Result<(), E>,
+    ) -> std::result::Result<ApplyReport, E> {
+        let part = ConfigPart::Application(application.clone());
+        let versions = self.part_versions(&part, MAX_HISTORY).await?;
+        let list = format!("see `vergence configs list --app {application}`");
+        let target = match to {
+            None => versions.get(1).ok_or_else(|| {
+                Error::invalid(
+                    "to",
+                    format!(
+                        "application {application} has no earlier config version to roll back to ({list})"
+                    ),
+                )
+            })?,
+            Some(wanted) => {
+                let wanted = wanted.trim();
+                if wanted.len() < MIN_HASH_PREFIX {
+                    return Err(E::from(Error::invalid(
+                        "to",
+                        format!(
+                            "give at least {MIN_HASH_PREFIX} characters of a version's hash ({list})"
+                        ),
+                    )));
+                }
+                let matching: Vec<&PartVersion> = versions
+                    .iter()
+                    .filter(|v| v.hash.starts_with(wanted))
+                    .collect();
+                match matching.as_slice() {
+                    [one] if one.current => {
+                        return Err(E::from(Error::invalid(
+                            "to",
+                            format!(
+                                "{wanted} is application {application}'s current config version; name an earlier one ({list})"
+                            ),
+                        )));
+                    }
+                    [one] => *one,
+                    [] => {
+                        return Err(E::from(Error::not_found(format!(
+                            "config version {wanted} of application {application} ({list})"
+                        ))));
+                    }
+                    _ => {
+                        return Err(E::from(Error::invalid(
+                            "to",
+                            format!("{wanted} matches several versions; give more of the hash"),
+                        )));
+                    }
+                }
+            }
+        };
+        let files = self.snapshot(&target.hash).await?.bundle.files;
+        self.push_config(
+            &ConfigBundle::from_files(files),
+            Some(application),
+            actor,
+            None,
+            authorize,
+        )
+        .await
     }
 
     async fn existing(&self) -> Result<BTreeMap<InstanceKey, InstanceRecord>> {
@@ -264,6 +752,7 @@ impl Control {
         model: &dyn CompiledConfig,
         current: Option<CurrentConfig>,
         report: &ApplyReport,
+        told: &BTreeSet<ApplicationName>,
         actor: &str,
         now: Timestamp,
     ) -> Result<()> {
@@ -292,9 +781,11 @@ impl Control {
             report.updated.len(),
             report.removed.len()
         );
-        let events: Vec<Event> = model
-            .applications()
-            .into_iter()
+        // Only the applications the push concerns: another application's
+        // audit trail says nothing about a push that left it alone.
+        let events: Vec<Event> = told
+            .iter()
+            .cloned()
             .map(|app| Event {
                 id: String::new(),
                 at: now,
@@ -491,9 +982,12 @@ fn plan_entry(diff: InstanceDiff, existing: &BTreeMap<InstanceKey, InstanceRecor
     let record = existing.get(&key);
     let current_version = record.and_then(|r| r.state.current_version.clone());
     let desired_version = desired.version().cloned();
+    let rolled_back =
+        record.and_then(|r| crate::rollback::plan_note(&r.state, desired_version.as_ref()));
     let action = match (record, &desired) {
         (_, Desired::Unresolved { .. }) => PlanAction::WaitForRelease,
         (None, _) => PlanAction::Add,
+        (Some(_), _) if rolled_back.is_some() => PlanAction::StaysRolledBack,
         (Some(_), _) if current_version != desired_version => PlanAction::Update,
         (Some(_), _) if changed => PlanAction::Reconfigure,
         (Some(_), _) => PlanAction::NoChange,
@@ -502,7 +996,7 @@ fn plan_entry(diff: InstanceDiff, existing: &BTreeMap<InstanceKey, InstanceRecor
         instance: key,
         current_version,
         desired_version,
-        notes: plan_notes(&desired, &action),
+        notes: rolled_back.map_or_else(|| plan_notes(&desired, &action), |note| vec![note]),
         action,
     }
 }

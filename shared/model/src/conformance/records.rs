@@ -42,6 +42,33 @@ pub async fn snapshots_are_immutable_and_idempotent(store: Arc<dyn StateStore>) 
     let read = store.get_snapshot(&snapshot.hash).await.expect("get");
     assert_eq!(read.as_ref(), Some(&snapshot));
     assert_eq!(store.get_snapshot("nope").await.expect("get"), None);
+
+    // A part's version and the composed config that names it read back
+    // whole: per-application history lives in these fields.
+    let mut part = ConfigBundle::from_files(BTreeMap::from([("shop.yaml".into(), "x: 2".into())]));
+    part.part_of = Some(PartOf {
+        part: "application:shop".into(),
+        previous: Some(snapshot.hash.clone()),
+    });
+    let mut composed = part.clone();
+    composed.part_of = None;
+    composed
+        .parts
+        .insert("application:shop".into(), part.hash());
+    for bundle in [part, composed] {
+        let snapshot = ConfigSnapshot {
+            hash: bundle.hash(),
+            bundle,
+            created_at: t(1),
+            actor: "api:token-ab12".into(),
+        };
+        store.put_snapshot(&snapshot).await.expect("put a part");
+        let read = store
+            .get_snapshot(&snapshot.hash)
+            .await
+            .expect("get a part");
+        assert_eq!(read.as_ref(), Some(&snapshot));
+    }
 }
 
 pub async fn current_config_moves_only_from_the_revision_read(store: Arc<dyn StateStore>) {
@@ -155,6 +182,7 @@ pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn S
         scopes: match subject {
             TokenSubject::Application(_) => vec![Scope::Release],
             TokenSubject::Agent(_) => Vec::new(),
+            TokenSubject::Platform => vec![Scope::Platform],
         },
         subject,
         secret_sha256: "ab".repeat(32),
@@ -176,6 +204,10 @@ pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn S
         .await
         .unwrap();
     store.put_token(&token("t4", agent.clone())).await.unwrap();
+    store
+        .put_token(&token("t5", TokenSubject::Platform))
+        .await
+        .unwrap();
     let again = store.put_token(&token("t1", application("blog"))).await;
     assert!(
         matches!(again, Err(Error::Conflict { .. })),
@@ -199,6 +231,15 @@ pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn S
     assert_eq!(
         listed(store.list_tokens(&agent).await.unwrap()),
         vec!["t4".to_owned()]
+    );
+    assert_eq!(
+        listed(store.list_tokens(&TokenSubject::Platform).await.unwrap()),
+        vec!["t5".to_owned()],
+        "platform tokens are listed apart from every application's"
+    );
+    assert_eq!(
+        store.get_token("t5").await.unwrap(),
+        Some(token("t5", TokenSubject::Platform))
     );
     assert!(store.delete_token("t1").await.unwrap());
     assert!(!store.delete_token("t1").await.unwrap());
