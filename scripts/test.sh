@@ -22,6 +22,23 @@ if [ ! -x "$TOOLS/py/bin/cfn-lint" ] || [ ! -x "$TOOLS/py/bin/cargo-lambda" ] \
 fi
 export PATH="$TOOLS/py/bin:$PATH"
 
+# The status page's browser test (cli/tests/browser.rs): Debian's chromium,
+# driven headless by playwright-core from npm, which uses that chromium
+# (it downloads no browser of its own).
+PLAYWRIGHT_CORE_VERSION=1.65.1
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq
+  apt-get install -y -qq chromium
+fi
+if ! command -v node >/dev/null 2>&1; then
+  apt-get update -qq
+  apt-get install -y -qq nodejs npm
+fi
+if [ "$(node -p "try { require('$TOOLS/node/node_modules/playwright-core/package.json').version } catch (e) { '' }")" \
+  != "$PLAYWRIGHT_CORE_VERSION" ]; then
+  npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" "playwright-core@$PLAYWRIGHT_CORE_VERSION"
+fi
+
 echo "== cfn-lint template.yaml"
 cfn-lint template.yaml
 

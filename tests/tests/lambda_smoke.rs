@@ -141,6 +141,19 @@ fn worker_and_api_binaries_answer_their_events_under_cargo_lambda_watch() {
     let response: serde_json::Value = serde_json::from_str(&healthz).unwrap();
     assert_eq!(response["statusCode"], 200, "{healthz}");
 
+    // The status page comes from the same router as under `vergence serve`.
+    let page = invoke(port, "api", "api-status-page.json");
+    let response: serde_json::Value = serde_json::from_str(&page).unwrap();
+    assert_eq!(response["statusCode"], 200, "{page}");
+    let content_type = response["headers"]["content-type"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(content_type.starts_with("text/html"), "{page}");
+    assert!(
+        response["headers"]["content-security-policy"].is_string(),
+        "{page}"
+    );
+
     let status = invoke(port, "api", "api-status-unauthenticated.json");
     let response: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(response["statusCode"], 401, "no token, no status: {status}");

@@ -1,0 +1,177 @@
+//! One instance at a time, as the status page works: read it in full (the
+//! `explain` chain, controls, jobs), and the operator actions pause, resume
+//! and rollback. Also the two small reads the page needs besides status:
+//! who the token is, and the alerts protections refer to.
+//!
+//! The actions need an `admin` token of the application: the scope model
+//! gives `approve` approvals only, and "pause, pin, rollback" to `admin`.
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::HeaderMap;
+use vergence_engine::control::PauseAction;
+use vergence_model::ports::InstanceFilter;
+use vergence_model::{
+    ApplicationName, InstanceKey, ReleaseChannelName, Scope, ServiceName, Version,
+};
+
+use super::{parse_json, parse_name, path_error, read_body};
+use crate::auth::{Caller, authenticate};
+use crate::wire::{
+    AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, RollbackBody,
+    RunningJobView, TokenInfo,
+};
+use crate::{ApiError, ApiState};
+
+/// `GET /v1/whoami`: any valid token may ask what it is.
+pub(super) async fn whoami(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Json<TokenInfo>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    let token = &caller.token;
+    Ok(Json(TokenInfo {
+        id: token.id.chars().take(8).collect(),
+        application: token.application().cloned(),
+        agent: token.agent().cloned(),
+        scopes: token.scopes.clone(),
+    }))
+}
+
+/// `GET /v1/alerts`: alerts are global (any application's protections may
+/// refer to one), so any application token may read them, as `/v1/agents`.
+pub(super) async fn alerts(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+) -> Result<Json<AlertListResponse>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    caller.require_application()?;
+    let alerts = api.control.alerts().await?;
+    Ok(Json(AlertListResponse {
+        alerts: alerts.iter().map(AlertView::of).collect(),
+    }))
+}
+
+/// The instance of the path, once the caller is known to belong to its
+/// application.
+async fn instance_of_path(
+    api: &ApiState,
+    headers: &HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<(Caller, InstanceKey), ApiError> {
+    let caller = authenticate(api, headers).await?;
+    let Path((app, service, channel)) = path.map_err(path_error)?;
+    let key = InstanceKey::new(
+        parse_name::<ApplicationName>("application", &app)?,
+        parse_name::<ServiceName>("service", &service)?,
+        parse_name::<ReleaseChannelName>("releaseChannel", &channel)?,
+    );
+    caller.authorize_application(&key.application)?;
+    Ok((caller, key))
+}
+
+/// The instance as it is now, or 404 naming it.
+async fn current(api: &ApiState, key: &InstanceKey) -> Result<InstanceView, ApiError> {
+    let record = api
+        .store
+        .get_instance(key)
+        .await?
+        .ok_or_else(|| vergence_model::Error::not_found(format!("instance {key}")))?;
+    Ok(InstanceView::of(&record))
+}
+
+/// `GET /v1/applications/{app}/services/{service}/release-channels/{rc}`:
+/// any scope of the application may read.
+pub(super) async fn detail(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<InstanceDetail>, ApiError> {
+    let (_, key) = instance_of_path(&api, &headers, path).await?;
+    let record = api
+        .store
+        .get_instance(&key)
+        .await?
+        .ok_or_else(|| vergence_model::Error::not_found(format!("instance {key}")))?;
+    // The same lines `vergence explain` prints, from the same code.
+    let explain = api.control.explain(&key).await?;
+    Ok(Json(InstanceDetail {
+        instance: InstanceView::of(&record),
+        explain,
+        paused: record.controls.paused.clone(),
+        pinned: record.controls.pinned.clone(),
+        running: record
+            .state
+            .in_flight
+            .as_ref()
+            .map(|flight| RunningJobView {
+                kind: flight.kind,
+                version: flight.version.clone(),
+                attempt: flight.attempt,
+                since: flight.dispatched_at,
+            }),
+        last_jobs: record.state.last_jobs.iter().map(JobView::of).collect(),
+    }))
+}
+
+/// `POST …/release-channels/{rc}/pause` and `…/resume`.
+async fn pause_or_resume(
+    api: &ApiState,
+    headers: &HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    action: PauseAction,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (caller, key) = instance_of_path(api, headers, path).await?;
+    caller.require_scope(Scope::Admin)?;
+    let filter = InstanceFilter {
+        application: Some(key.application.clone()),
+        service: Some(key.service.clone()),
+        release_channel: Some(key.release_channel.clone()),
+    };
+    api.control.pause(&filter, action, &caller.actor()).await?;
+    Ok(Json(current(api, &key).await?))
+}
+
+pub(super) async fn pause(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<InstanceView>, ApiError> {
+    pause_or_resume(&api, &headers, path, PauseAction::Pause).await
+}
+
+pub(super) async fn resume(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<InstanceView>, ApiError> {
+    pause_or_resume(&api, &headers, path, PauseAction::Resume).await
+}
+
+/// `POST …/release-channels/{rc}/rollback`: asks the engine to roll the
+/// instance back, as `vergence rollback` does.
+pub(super) async fn rollback(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    request: Request,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (caller, key) = instance_of_path(&api, &headers, path).await?;
+    caller.require_scope(Scope::Admin)?;
+    let body = read_body(&api, request).await?;
+    // An empty body rolls back to the last version that converged.
+    let body: RollbackBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RollbackBody::default()
+    } else {
+        parse_json(&body)?
+    };
+    let version: Option<Version> = body
+        .version
+        .map(|v| parse_name("version", &v))
+        .transpose()?;
+    api.control
+        .rollback(&key, version.as_ref(), &caller.actor())
+        .await?;
+    Ok(Json(current(&api, &key).await?))
+}
