@@ -510,7 +510,9 @@ impl Decider<'_> {
 
     fn converged(&mut self, spec: &CompiledInstance) {
         let version = &spec.version;
-        let already = self.state.status == Status::Converged
+        // A rolled-back instance is converged on the version it went back
+        // to; each routine fetch that finds it there again is no news.
+        let already = matches!(self.state.status, Status::Converged | Status::RolledBack)
             && self.state.current_version.as_ref() == Some(version);
         if !already {
             self.state.converged_at = Some(self.now);

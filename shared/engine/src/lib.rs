@@ -143,6 +143,8 @@ pub fn settled(record: &InstanceRecord) -> Settled {
 }
 
 #[cfg(test)]
+mod papercut_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod property_tests;

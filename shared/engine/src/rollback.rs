@@ -67,6 +67,28 @@ pub(crate) fn earlier_good<'a>(
     }
 }
 
+/// What `plan` says of an instance rolled back from the version it still
+/// desires: `up` leaves it where it is until a new version is pushed, so
+/// the desired version is no update to make. `None` without such a rollback.
+pub(crate) fn plan_note(state: &InstanceState, desired: Option<&Version>) -> Option<String> {
+    let rollback = state.rollback.as_ref()?;
+    if Some(&rollback.failed_version) != desired {
+        return None;
+    }
+    let (failed, to) = (&rollback.failed_version, &rollback.to.version);
+    let went = if state.status == Status::RolledBack {
+        "rolled back"
+    } else {
+        "rolling back"
+    };
+    Some(match &rollback.requested_by {
+        None => format!("{went} to {to}; {failed} failed — push a new release"),
+        Some(actor) => {
+            format!("{went} to {to} as {actor} asked; push a new release to move on from {failed}")
+        }
+    })
+}
+
 /// What starting `rollback` says: the message of its event, and the
 /// instance's reason until the rollback's first step shows.
 pub(crate) fn announcement(rollback: &Rollback) -> (String, String) {
@@ -222,6 +244,28 @@ mod tests {
         let fresh = InstanceState::new_pending("new");
         assert_eq!(requested(&request(None), &fresh, &v3, now()), None);
         assert_eq!(earlier_good(&fresh, None), None);
+    }
+
+    #[test]
+    fn plan_says_a_rolled_back_instance_stays_until_a_new_release() {
+        let v3 = spec("prod", "v3", None);
+        let mut failed = state("v3", Some("smoke failed"));
+        assert_eq!(plan_note(&failed, Some(&n("v3"))), None);
+        failed.rollback = automatic(&failed, &v3, now());
+        failed.status = Status::RolledBack;
+        assert_eq!(
+            plan_note(&failed, Some(&n("v3"))).as_deref(),
+            Some("rolled back to v2; v3 failed — push a new release")
+        );
+        // A newer desired version ends the rollback: an update again.
+        assert_eq!(plan_note(&failed, Some(&n("v4"))), None);
+        let mut asked = state("v3", None);
+        asked.rollback = requested(&request(None), &asked, &v3, now());
+        asked.status = Status::RollingBack;
+        assert_eq!(
+            plan_note(&asked, Some(&n("v3"))).as_deref(),
+            Some("rolling back to v2 as cli:alice asked; push a new release to move on from v3")
+        );
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl Control {
             approval.at.as_millisecond()
         );
         self.append_events(vec![event], &scope).await?;
-        self.wake(std::slice::from_ref(key)).await?;
+        self.wake_everywhere(std::slice::from_ref(key)).await?;
         Ok(approval)
     }
 

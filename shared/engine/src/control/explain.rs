@@ -30,7 +30,7 @@ impl Control {
         lines.extend(plan(&record.state));
         lines.extend(last_jobs(&record.state));
         lines.extend(running_job(&record.state));
-        lines.push(next_check(&record));
+        lines.push(next_check(&record, now));
         Ok(lines)
     }
 }
@@ -179,13 +179,24 @@ fn running_job(state: &InstanceState) -> Option<String> {
     })
 }
 
-/// When the engine looks at the instance again by itself.
-fn next_check(record: &InstanceRecord) -> String {
+/// How late a check may be before nothing is taken to be running the
+/// engine: a running `up --watch` or `serve` looks for due instances every
+/// 2 s, and a busy one takes a few more to get to each.
+const OVERDUE_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
+
+/// When the engine looks at the instance again by itself; a check long
+/// past means no engine runs on this state.
+fn next_check(record: &InstanceRecord, now: jiff::Timestamp) -> String {
+    let Some(at) = record.next_check_at else {
+        return "  next check: none (waits for a change)".to_owned();
+    };
+    let late = now.duration_since(at);
+    if late <= OVERDUE_AFTER {
+        return format!("  next check: {}", moment(at));
+    }
     format!(
-        "  next check: {}",
-        record
-            .next_check_at
-            .map(moment)
-            .unwrap_or_else(|| "none (waits for a change)".to_owned())
+        "  next check: {}, overdue by {}: nothing is running the engine on this state",
+        moment(at),
+        crate::human(late)
     )
 }

@@ -260,7 +260,7 @@ impl Control {
             self.append_events(events, &format!("alert-{name}-{}", now.as_millisecond()))
                 .await?;
         }
-        self.wake(&keys).await?;
+        self.wake_everywhere(&keys).await?;
         Ok(keys)
     }
 

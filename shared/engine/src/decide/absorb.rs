@@ -11,7 +11,8 @@ use crate::gates::human;
 use vergence_model::terraform::{self, Failure};
 use vergence_model::{
     CompiledInstance, EventKind, FetchMode, FetchObservation, FetchVerdict, InFlightJob,
-    InfoOutput, JobKind, JobOutcome, JobResult, JobSummary, PlanRecord, ProtectionObservation,
+    InfoOutput, JobKind, JobOutcome, JobResult, JobSpec, JobSummary, PlanRecord,
+    ProtectionObservation,
 };
 
 impl Decider<'_> {
@@ -215,7 +216,11 @@ impl Decider<'_> {
             );
             return;
         }
-        let failure = format!("{what} {}", result.describe());
+        let failure = format!(
+            "{what} {}{}",
+            result.describe(),
+            bare_program_hint(&spec.apply.job, result)
+        );
         self.job_finished_event(flight, result, failure.clone());
         self.count_failure(spec, failure);
         // A lost apply may well have run: look before applying again.
@@ -284,7 +289,10 @@ impl Decider<'_> {
             fetch::interpret(fetch.mode, result, &flight.version)
         };
         // One clause per fetched object can make it any size.
-        let summary = vergence_model::text::sentence(summary);
+        let summary = vergence_model::text::sentence(format!(
+            "{summary}{}",
+            bare_program_hint(&fetch.job, result)
+        ));
         let previous = self.state.last_fetch.as_ref().map(|o| o.verdict);
         let previous_plan = self.state.plan.as_ref().map(|p| p.sha256.clone());
         self.state.last_fetch = Some(FetchObservation {
@@ -364,5 +372,24 @@ fn terraform_failure(terraform: bool, verdict: FetchVerdict, result: &JobResult)
         terraform::classify(&result.stderr_tail)
     } else {
         Failure::Other
+    }
+}
+
+/// A job whose program is a bare name that could not be found: a script
+/// of the config directory written without `./` is looked up on PATH, and
+/// "No such file or directory" alone does not say so.
+fn bare_program_hint(job: &JobSpec, result: &JobResult) -> String {
+    let JobOutcome::NotStarted { message } = &result.outcome else {
+        return String::new();
+    };
+    match job.cmd.first() {
+        Some(program)
+            if job.image.is_none() && !program.contains('/') && message.contains("os error 2") =>
+        {
+            format!(
+                "; a program named without a directory is looked up on PATH: if {program} is a script in the config directory, write ./{program}"
+            )
+        }
+        _ => String::new(),
     }
 }
