@@ -47,6 +47,16 @@ pub fn check_name(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What [`check_name`] accepts, for the config's JSON Schema: editors flag a
+/// bad name as it is typed.
+fn name_schema() -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[a-z]([a-z0-9-]*[a-z0-9])?$",
+        "maxLength": MAX_NAME_LEN,
+    })
+}
+
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
@@ -105,6 +115,20 @@ macro_rules! name_type {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let raw = String::deserialize(deserializer)?;
                 Self::parse(raw).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl schemars::JsonSchema for $ty {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                name_schema()
             }
         }
     };

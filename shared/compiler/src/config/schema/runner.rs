@@ -7,8 +7,10 @@
 //! by the checker (all of them, with their lines) instead of stopping the
 //! reading of the document at the first.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
@@ -83,12 +85,12 @@ fn either<T: Clone>(over: &Option<T>, base: &Option<T>) -> Option<T> {
 
 /// `local: {}`: a process (or a container, when the program names an
 /// image) where Vergence runs.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalRunnerDoc {}
 
 /// `kubernetes: {agent, namespace, serviceAccount}`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesRunnerDoc {
     pub agent: Option<String>,
@@ -99,7 +101,7 @@ pub struct KubernetesRunnerDoc {
 /// `ecs: {cluster, region, subnets, …}`. CPU and memory are read as
 /// written and parsed by the checker, so a wrong one gets a message that
 /// lists the Fargate sizes.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EcsRunnerDoc {
     pub cluster: Option<String>,
@@ -115,7 +117,7 @@ pub struct EcsRunnerDoc {
 }
 
 /// `cloudRun: {project, region, serviceAccount, cpu, memory}`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudRunRunnerDoc {
     pub project: Option<String>,
@@ -123,6 +125,34 @@ pub struct CloudRunRunnerDoc {
     pub service_account: Option<String>,
     pub cpu: Option<String>,
     pub memory: Option<String>,
+}
+
+/// `runner: local`, or a mapping with exactly one runner kind, as the reader
+/// below takes it.
+impl JsonSchema for RunnerDoc {
+    fn schema_name() -> Cow<'static, str> {
+        "Runner".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Where jobs run: `local`, or exactly one of local, ecs, cloudRun, kubernetes with its settings.",
+            "oneOf": [
+                {"type": "string", "enum": ["local"]},
+                {
+                    "type": "object",
+                    "minProperties": 1,
+                    "maxProperties": 1,
+                    "properties": {
+                        "local": generator.subschema_for::<LocalRunnerDoc>(),
+                        "ecs": generator.subschema_for::<EcsRunnerDoc>(),
+                        "cloudRun": generator.subschema_for::<CloudRunRunnerDoc>(),
+                        "kubernetes": generator.subschema_for::<KubernetesRunnerDoc>(),
+                    },
+                },
+            ],
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for RunnerDoc {
