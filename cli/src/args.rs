@@ -25,6 +25,10 @@ pub struct Global {
     /// The config directory (its *.yaml files, searched recursively).
     #[arg(long, global = true, default_value = ".", value_name = "DIR")]
     pub config: PathBuf,
+    /// Whether `--config` was given rather than defaulted: `serve` and a
+    /// first `release` then store that config.
+    #[arg(skip)]
+    pub config_given: bool,
     /// The state file [default: <config>/.vergence/state.db]
     #[arg(long, global = true, value_name = "FILE")]
     pub state: Option<PathBuf>,
@@ -64,6 +68,11 @@ pub struct Global {
         value_name = "SECRET"
     )]
     pub webhook_secret: Option<String>,
+    /// Where people reach this deployment's status pages: notifications
+    /// link to `<URL>/ui/instances/…` [default for `serve`: the address
+    /// it listens on].
+    #[arg(long, global = true, env = "VERGENCE_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
 }
 
 impl Global {
@@ -84,10 +93,17 @@ pub enum Output {
 pub enum Command {
     /// Check the config; exit 0 if valid, 1 with every error.
     Validate,
+    /// Print the JSON Schema of a config document, for editors.
+    ///
+    /// Generated from the config's types. Put it next to your config
+    /// (`vergence schema > vergence.schema.json`) and start each file with
+    /// `# yaml-language-server: $schema=vergence.schema.json`.
+    Schema,
     /// Store the config and converge every instance.
     ///
-    /// Exits 0 when all converged, 2 when any failed, 3 when some wait on
-    /// something outside (an approval, a soak, a release).
+    /// Exits 0 when all converged, 2 when any failed (or a failed release
+    /// was rolled back), 3 when some wait on something outside (an
+    /// approval, a soak, a release).
     Up(UpArgs),
     /// Show every instance's status.
     Status(StatusArgs),
@@ -119,9 +135,19 @@ pub enum Command {
     /// Create, list and revoke API tokens (local state).
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Upload config directories.
+    /// Push configs (whole, or one application's part), list and roll back
+    /// an application's config versions.
     #[command(subcommand)]
     Configs(ConfigsCommand),
+    /// Print a shell completion script: `vergence completions bash`.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Subcommand)]
@@ -348,6 +374,11 @@ pub struct TokenSubjectArgs {
     /// work, and nothing else.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// The platform's token: it pushes and rolls back configs, including
+    /// the runtimes and protections several applications share, and does
+    /// nothing else (docs/per-application-configs.md).
+    #[arg(long)]
+    pub platform: bool,
 }
 
 #[derive(Debug, Args)]
@@ -361,6 +392,11 @@ pub enum ConfigsCommand {
     /// Store a config directory and make it the desired state, without
     /// running anything here (the server, or `vergence serve`, converges).
     Push(ConfigsPushArgs),
+    /// List the versions of an application's config part, newest first.
+    List(ConfigsListArgs),
+    /// Bring back an earlier version of an application's config part (by
+    /// default the one before the version in force); other parts stay.
+    Rollback(ConfigsRollbackArgs),
 }
 
 #[derive(Debug, Args)]
@@ -371,4 +407,27 @@ pub struct ConfigsPushArgs {
     /// Only check the config; store nothing.
     #[arg(long)]
     pub validate_only: bool,
+    /// Push only this application's part: its files become DIR's, every
+    /// other part stays as it is (an application's admin token may do this).
+    #[arg(long = "app", value_name = "APP")]
+    pub application: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigsListArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+    /// At most N versions.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigsRollbackArgs {
+    #[arg(long = "app", value_name = "APP")]
+    pub application: String,
+    /// The version to bring back: a hash from `configs list` (at least its
+    /// first 7 characters) [default: the one before the version in force].
+    #[arg(long, value_name = "HASH")]
+    pub to: Option<String>,
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, anyhow, bail};
 use vergence_api::wire::AgentView;
 use vergence_compiler::YamlCompiler;
-use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
+use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, SqliteStore};
 use vergence_engine::control::{Control, PauseAction};
 use vergence_engine::{Engine, JobCompletion};
 use vergence_model::ConfigBundle;
@@ -24,6 +24,7 @@ use crate::args::{
     PinArgs, ReleaseArgs, RollbackArgs, ScopeArgs, StatusArgs, UpArgs,
 };
 use crate::output;
+use crate::progress::LiveProgress;
 use crate::shutdown::{self, Signals, Stop};
 
 /// Exit codes of `vergence up` (a contract for scripts).
@@ -89,7 +90,7 @@ pub(crate) fn load_bundle(config: &Path) -> Result<ConfigBundle> {
 }
 
 /// Prints every config error, one per line, and a count.
-fn report_config_errors(error: &vergence_model::Error) -> bool {
+pub(crate) fn report_config_errors(error: &vergence_model::Error) -> bool {
     if let vergence_model::Error::Config(errors) = error {
         for e in errors.iter() {
             eprintln!("{e}");
@@ -109,7 +110,7 @@ fn compile(bundle: &ConfigBundle) -> Result<Option<Arc<dyn CompiledConfig>>> {
     }
 }
 
-fn valid_summary(model: &dyn CompiledConfig) -> String {
+pub(crate) fn valid_summary(model: &dyn CompiledConfig) -> String {
     format!(
         "config is valid: {} application(s), {} runtime(s), {} service instance(s)",
         model.applications().len(),
@@ -123,35 +124,33 @@ pub fn validate(global: &Global) -> Result<u8> {
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
+    warn_of_bare_scripts(model.as_ref(), &bundle, &global.config);
     println!("{}", valid_summary(model.as_ref()));
     Ok(0)
 }
 
-/// Prints events as they happen during `up`.
-struct LiveProgress;
+/// `vergence schema`: the config's JSON Schema, generated from its types.
+pub fn schema() -> Result<u8> {
+    let schema = vergence_compiler::config_json_schema();
+    let text = serde_json::to_string_pretty(&schema)?;
+    println!("{text}");
+    Ok(0)
+}
 
-impl Progress for LiveProgress {
-    fn events(&self, events: &[vergence_model::Event]) {
-        for event in output::live_lines(events) {
-            println!("{}", output::event_line(event));
-        }
-    }
+/// `vergence completions SHELL`: the shell's completion script, from the
+/// same command definition that parses arguments.
+pub fn completions(args: &crate::args::CompletionsArgs) -> Result<u8> {
+    let mut command = <crate::args::Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "vergence", &mut script);
+    std::io::stdout().lock().write_all(&script)?;
+    Ok(0)
+}
 
-    fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error) {
-        eprintln!("warning: step of {key} failed: {error}; retrying");
-    }
-
-    fn held_elsewhere(&self, key: &InstanceKey, job: &vergence_model::JobRecord) {
-        let held_by = job
-            .handle()
-            .map_or_else(|| "another process".to_owned(), |h| h.to_string());
-        let mine = format!(";pid={};", std::process::id());
-        if !held_by.contains(&mine) {
-            println!(
-                "{key}: waiting for its {} job {}, started by another vergence process ({held_by}); its result is taken up here once recorded",
-                job.kind, job.id
-            );
-        }
+/// Says, on stderr, which job programs will not be found as written.
+fn warn_of_bare_scripts(model: &dyn CompiledConfig, bundle: &ConfigBundle, dir: &Path) {
+    for warning in crate::lint::bare_scripts(model, bundle, dir) {
+        eprintln!("{warning}");
     }
 }
 
@@ -161,7 +160,9 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
+    warn_of_bare_scripts(model.as_ref(), &bundle, &global.config);
     let local = Local::open(&global.state_path())?;
+    let notifier = start_notifier(&local, global.public_url.clone())?;
     let actor = actor();
     let report = local.control.apply_compiled(model, bundle, &actor).await?;
     println!(
@@ -190,7 +191,11 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         let stop = signals.next().await;
         let _ = stop_tx.send(stop);
     };
-    if let Err(e) = driver.run(mode, Arc::new(LiveProgress), shutdown).await {
+    let starting = local.control.status(&InstanceFilter::default()).await?;
+    let progress = Arc::new(LiveProgress::for_up(&starting));
+    let driven = driver.run(mode, progress.clone(), shutdown).await;
+    progress.finish();
+    if let Err(e) = driven {
         // No job is left running unwatched behind an error.
         local_runner.close("`vergence up` stopped on an error before the job started");
         local_runner
@@ -206,6 +211,7 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         }
         Err(_) => None,
     };
+    finish_notifier(notifier).await;
 
     let records = local.control.status(&InstanceFilter::default()).await?;
     println!();
@@ -214,16 +220,24 @@ pub async fn up(global: &Global, args: &UpArgs) -> Result<u8> {
         eprintln!("{said}");
         return Ok(stop.exit_code());
     }
-    Ok(up_exit_code(records.iter().map(|r| r.state.status)))
+    Ok(up_exit_code(&records))
 }
 
-/// 0 when all converged, 2 when any failed, 3 when some wait.
-pub fn up_exit_code(statuses: impl Iterator<Item = Status>) -> u8 {
+/// 0 when all converged, 2 when any failed (a release that failed and was
+/// rolled back too: what CI pushed does not run), 3 when some wait.
+pub fn up_exit_code(records: &[vergence_model::InstanceRecord]) -> u8 {
     let mut code = 0;
-    for status in statuses {
-        match status {
+    for record in records {
+        let failed_and_rolled_back = record.state.status == Status::RolledBack
+            && record
+                .state
+                .rollback
+                .as_ref()
+                .is_some_and(|r| r.requested_by.is_none());
+        match record.state.status {
             Status::Converged => {}
             Status::Failed => return EXIT_FAILED,
+            _ if failed_and_rolled_back => return EXIT_FAILED,
             _ => code = EXIT_WAITING,
         }
     }
@@ -277,8 +291,9 @@ pub async fn status(global: &Global, args: &StatusArgs) -> Result<u8> {
 }
 
 /// The text of each pending plan file that is text and small enough to
-/// read on a terminal, by artifact key; binary or large plans are shown by
-/// size and digest only.
+/// read on a terminal, by artifact key; binary or large plans (a Terraform
+/// plan is a zip, whose bytes a terminal would act on) are shown by size
+/// and digest only.
 async fn plan_texts(
     artifacts: &dyn ArtifactStore,
     records: &[vergence_model::InstanceRecord],
@@ -293,7 +308,7 @@ async fn plan_texts(
     for artifact in files {
         if let Ok(Some(bytes)) = artifacts.get(&artifact.key).await
             && let Ok(text) = String::from_utf8(bytes)
-            && !text.contains('\0')
+            && output::is_terminal_text(&text)
         {
             texts.insert(artifact.key.clone(), text);
         }
@@ -323,7 +338,22 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
         .ok_or_else(|| anyhow!("give the version: vergence release SERVICE VERSION"))?;
     let service = args.service.parse().map_err(|e| anyhow!("SERVICE: {e}"))?;
     let application = optional_name(args.application.as_deref(), "--app")?;
-    let local = Local::existing(global)?;
+    let path = global.state_path();
+    // Before the first `up`, a config given with --config is stored first,
+    // as `configs push` would, so that CI can release into a fresh state.
+    let local = if path.exists() {
+        Local::open(&path)?
+    } else if global.config_given {
+        let Some(local) = store_config_first(global).await? else {
+            return Ok(1);
+        };
+        local
+    } else {
+        bail!(
+            "no Vergence state at {}; pass --config DIR to store that config first, or run `vergence up` in the config directory first (or pass --state)",
+            path.display()
+        );
+    };
     let release = local
         .control
         .push_release(application, &service, version, &params, &actor())
@@ -333,6 +363,26 @@ pub async fn release(global: &Global, args: &ReleaseArgs) -> Result<u8> {
         release.version, release.application, release.service
     );
     Ok(0)
+}
+
+/// Stores the config in `--config` into a new state; `None` when the
+/// config has errors (printed).
+async fn store_config_first(global: &Global) -> Result<Option<Local>> {
+    let bundle = load_bundle(&global.config)?;
+    let Some(model) = compile(&bundle)? else {
+        return Ok(None);
+    };
+    let local = Local::open(&global.state_path())?;
+    let report = local
+        .control
+        .apply_compiled(model, bundle, &actor())
+        .await?;
+    println!(
+        "no Vergence state yet: stored the config in {} ({})",
+        global.config.display(),
+        apply_summary(&report)
+    );
+    Ok(Some(local))
 }
 
 pub async fn approve(global: &Global, args: &ApproveArgs) -> Result<u8> {
@@ -520,8 +570,19 @@ pub async fn rollback(global: &Global, args: &RollbackArgs) -> Result<u8> {
 pub async fn explain(global: &Global, args: &InstanceArgs) -> Result<u8> {
     let local = Local::existing(global)?;
     let key = instance_key(&local, args).await?;
-    for line in local.control.explain(&key).await? {
+    let lines = local.control.explain(&key).await?;
+    for line in &lines {
         println!("{line}");
+    }
+    // The engine says when nothing runs it; here is how to, for this config.
+    if lines
+        .last()
+        .is_some_and(|l| l.contains("nothing is running the engine"))
+    {
+        let dir = global.config.display();
+        println!(
+            "  to run it: `vergence up --config {dir}` (once), or keep `vergence up --watch --config {dir}` or `vergence serve --config {dir}` running"
+        );
     }
     if let Some(line) = agent_line(&local, &key).await? {
         println!("{line}");
@@ -608,11 +669,60 @@ fn local_driver(
     (driver, local_runner)
 }
 
+/// Delivers notifications beside the engine, never in its way
+/// (docs/notifications.md).
+fn start_notifier(
+    local: &Local,
+    public_url: Option<String>,
+) -> Result<vergence_notify::Background> {
+    Ok(vergence_notify::spawn_local(
+        local.store.clone(),
+        local.artifacts.clone(),
+        local.clock.clone(),
+        Arc::new(YamlCompiler),
+        public_url,
+    )?)
+}
+
+/// How long a command that ends waits for its last notifications.
+const NOTIFY_ON_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn finish_notifier(notifier: vergence_notify::Background) {
+    if !notifier.finish(NOTIFY_ON_EXIT).await {
+        eprintln!(
+            "warning: notifications not sent within {}s (a receiver is slow or down) are left for the next `vergence up` or `vergence serve`",
+            NOTIFY_ON_EXIT.as_secs()
+        );
+    }
+}
+
 /// `vergence serve`: the HTTP API over the local state, and the engine
 /// converging what it records, in one process until Ctrl-C or SIGTERM.
 pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8> {
     let path = global.state_path();
+    // A config given with --config is checked before anything is opened
+    // and applied before anything is served: one with errors stops serve
+    // before it listens.
+    let given = match global.config_given {
+        true => {
+            let bundle = load_bundle(&global.config)?;
+            let Some(model) = compile(&bundle)? else {
+                return Ok(1);
+            };
+            Some((model, bundle))
+        }
+        false => None,
+    };
     let local = Local::open(&path)?;
+    let applied = match given {
+        Some((model, bundle)) => Some(
+            local
+                .control
+                .apply_compiled(model, bundle, &actor())
+                .await?,
+        ),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -643,6 +753,11 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         .with_agents(Arc::new(agent_jobs)),
     );
     let (driver, local_runner) = local_driver(&local, &args.runners, "`vergence serve`", true);
+    let public_url = global
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let notifier = start_notifier(&local, Some(public_url))?;
     let mut signals = Signals::install()?;
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
@@ -650,6 +765,17 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         "API at http://{address}/v1, state in {}; push a config with `vergence --endpoint http://{address} --token … configs push DIR`; Ctrl-C stops",
         path.display()
     );
+    println!(
+        "status page at http://{address}{} (sign in with a token from `vergence token create`)",
+        vergence_api::UI_PATH
+    );
+    if let Some(report) = &applied {
+        println!(
+            "applied the config in {}: {}",
+            global.config.display(),
+            apply_summary(report)
+        );
+    }
 
     // Either half stopping (a signal, or an error) stops the other.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -677,7 +803,7 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         let result = driver
             .run(
                 DriveMode::Forever,
-                Arc::new(LiveProgress),
+                Arc::new(LiveProgress::lines()),
                 wait_for_stop(stopped.clone()),
             )
             .await
@@ -694,6 +820,7 @@ pub async fn serve(global: &Global, args: &crate::args::ServeArgs) -> Result<u8>
         "`vergence serve`",
     )
     .await;
+    finish_notifier(notifier).await;
     eprintln!("{said}");
     served?;
     driven?;
@@ -724,6 +851,10 @@ pub async fn token(global: &Global, command: &crate::args::TokenCommand) -> Resu
                     format!("with scope(s) {}", scope_list(&token.scopes))
                 }
                 TokenSubject::Agent(_) => "that can do only that agent's work".to_owned(),
+                TokenSubject::Platform => {
+                    "that pushes and rolls back configs, shared parts included, and nothing else"
+                        .to_owned()
+                }
             };
             eprintln!(
                 "created token {} for {subject} {can}; store it now: it cannot be shown again",
@@ -775,7 +906,8 @@ fn token_subject(args: &crate::args::TokenSubjectArgs) -> Result<TokenSubject> {
         (None, Some(agent)) => Ok(TokenSubject::Agent(
             agent.parse().map_err(|e| anyhow!("--agent: {e}"))?,
         )),
-        (None, None) => bail!("name whose token it is: --app APP or --agent NAME"),
+        (None, None) if args.platform => Ok(TokenSubject::Platform),
+        (None, None) => bail!("name whose token it is: --app APP, --agent NAME or --platform"),
     }
 }
 
@@ -838,8 +970,31 @@ pub(crate) fn apply_summary(report: &vergence_engine::control::ApplyReport) -> S
 /// `vergence configs push [DIR]` on the local state: stores the config;
 /// `vergence serve` (or the next `vergence up`) converges it.
 pub async fn configs(global: &Global, command: &crate::args::ConfigsCommand) -> Result<u8> {
-    let crate::args::ConfigsCommand::Push(args) = command;
+    use crate::args::ConfigsCommand;
+    let args = match command {
+        ConfigsCommand::Push(args) => args,
+        ConfigsCommand::List(args) => {
+            let local = Local::existing(global)?;
+            return crate::configs::list_local(&local.control, args).await;
+        }
+        ConfigsCommand::Rollback(args) => {
+            let local = Local::existing(global)?;
+            return crate::configs::rollback_local(&local.control, args, &actor()).await;
+        }
+    };
     let bundle = load_bundle(args.dir.as_deref().unwrap_or(&global.config))?;
+    if let Some(application) = &args.application {
+        // One application's part is checked composed with the others.
+        let local = Local::open(&global.state_path())?;
+        return crate::configs::push_part_local(
+            &local.control,
+            bundle,
+            application,
+            args,
+            &actor(),
+        )
+        .await;
+    }
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
@@ -852,6 +1007,6 @@ pub async fn configs(global: &Global, command: &crate::args::ConfigsCommand) -> 
         .control
         .apply_compiled(model, bundle, &actor())
         .await?;
-    println!("{}", apply_summary(&report));
+    println!("{}", crate::configs::push_summary(&report));
     Ok(0)
 }

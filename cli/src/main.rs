@@ -3,14 +3,15 @@
 
 mod args;
 mod commands;
+mod configs;
+mod lint;
 mod output;
+mod progress;
 mod remote;
 mod runners;
 mod shutdown;
 
 use std::process::ExitCode;
-
-use clap::Parser;
 
 use args::{Cli, Command};
 use vergence_engine::control::PauseAction;
@@ -19,7 +20,12 @@ use vergence_engine::control::PauseAction;
 const USAGE_ERROR: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    quiet_on_closed_stdout();
+    // reqwest's TLS (`--endpoint`, notifications) uses the process's
+    // provider: ring, so the local build needs no aws-lc. Another one
+    // already installed (none is, this early) would be kept.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             // Usage errors exit 64 (EX_USAGE), not clap's 2, which `up`
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
         }
         match &cli.command {
             Command::Validate => commands::validate(global),
+            Command::Schema => commands::schema(),
             Command::Up(args) => commands::up(global, args).await,
             Command::Status(args) => commands::status(global, args).await,
             Command::Release(args) => commands::release(global, args).await,
@@ -66,15 +73,56 @@ fn main() -> ExitCode {
             Command::Serve(args) => commands::serve(global, args).await,
             Command::Token(cmd) => commands::token(global, cmd).await,
             Command::Configs(cmd) => commands::configs(global, cmd).await,
+            Command::Completions(args) => commands::completions(args),
         }
     });
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(e) if closed_stdout(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, and whether `--config` was given on it (a default
+/// `.` is not a config someone asked `serve` or `release` to store).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches, parser::ValueSource};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.global.config_given = matches.value_source("config") == Some(ValueSource::CommandLine);
+    Ok(cli)
+}
+
+/// Whether an error is stdout's reader having gone (`vergence … | head`):
+/// then there is nobody left to tell, and nothing went wrong.
+fn closed_stdout(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `println!` panics when stdout's reader has gone; like `head`'s other
+/// writers, the command then ends quietly instead of printing a panic.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        // std's message: "failed printing to stdout: Broken pipe (os error 32)".
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 /// The error and its causes on one line. Many errors already end with

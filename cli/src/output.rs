@@ -172,10 +172,12 @@ pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Resul
                 PlanAction::NoChange => "no change",
                 PlanAction::Remove => "remove",
                 PlanAction::WaitForRelease => "wait for release",
+                PlanAction::StaysRolledBack => "stays rolled back",
             };
             let current = e.current_version.as_deref().unwrap_or("-");
             let desired = e.desired_version.as_deref().unwrap_or("-");
-            let versions = if current == desired {
+            // A rolled-back instance is not headed for its desired version.
+            let versions = if current == desired || e.action == PlanAction::StaysRolledBack {
                 current.to_owned()
             } else {
                 format!("{current} → {desired}")
@@ -216,7 +218,7 @@ pub fn instance_details(
         }
         writeln!(out, "\n{}:", record.key)?;
         for info in &state.info {
-            writeln!(out, "  {}: {}", info.name, info.text)?;
+            writeln!(out, "  {}: {}", info.name, shown_on_terminal(&info.text))?;
         }
         if let Some(plan) = plan {
             writeln!(
@@ -250,6 +252,26 @@ pub fn instance_details(
     Ok(())
 }
 
+/// Whether a file's text can go to a terminal as it is: control
+/// characters other than line ends and tabs (escape sequences, bells, a
+/// binary file's bytes) would be acted on by the terminal, not shown.
+pub fn is_terminal_text(text: &str) -> bool {
+    !text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+}
+
+/// A job's output for a terminal, its control characters other than line
+/// ends and tabs escaped (`\u{1b}`) so that they are seen, not acted on.
+pub fn shown_on_terminal(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            c if c.is_control() && !matches!(c, '\n' | '\t') => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// The events of one step worth a line while `up` runs: a status change
 /// already says what a job start or convergence in the same step would.
 pub fn live_lines(events: &[Event]) -> impl Iterator<Item = &Event> {
@@ -268,6 +290,17 @@ pub fn live_lines(events: &[Event]) -> impl Iterator<Item = &Event> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_with_control_characters_is_not_shown_as_it_is() {
+        assert!(is_terminal_text("+ bucket logs\n\t~ data\r\n"));
+        assert!(!is_terminal_text("PK\u{3}\u{4}\u{1b}[2J"));
+        assert!(!is_terminal_text("bell\u{7}"));
+        assert_eq!(
+            shown_on_terminal("url\u{1b}]0;owned\u{7}\n\tnext"),
+            "url\\u{1b}]0;owned\\u{7}\n\tnext"
+        );
+    }
 
     #[test]
     fn tables_align_columns_and_leave_the_last_unpadded() {

@@ -37,8 +37,16 @@ pub async fn run(global: &Global, command: &Command) -> Result<u8> {
         Command::Approve(args) => approve(&remote, args).await,
         Command::Events(args) => events(&remote, args).await,
         Command::Configs(ConfigsCommand::Push(args)) => push_config(global, &remote, args).await,
+        Command::Configs(ConfigsCommand::List(args)) => {
+            crate::configs::list_remote(&remote, args).await
+        }
+        Command::Configs(ConfigsCommand::Rollback(args)) => {
+            crate::configs::rollback_remote(&remote, args).await
+        }
         // Validation only reads the config files; no state is involved.
         Command::Validate => commands::validate(global),
+        Command::Schema => commands::schema(),
+        Command::Completions(args) => commands::completions(args),
         other => bail!(
             "`vergence {}` works on local state only; run it without --endpoint (and without VERGENCE_ENDPOINT)",
             local_only_name(other)
@@ -85,7 +93,7 @@ impl std::fmt::Display for ApiFailure {
 
 impl std::error::Error for ApiFailure {}
 
-struct Remote {
+pub(crate) struct Remote {
     http: reqwest::Client,
     /// The endpoint without a trailing '/'; may include a path (an API
     /// Gateway stage).
@@ -116,12 +124,12 @@ impl Remote {
         })
     }
 
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+    pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http.request(method, format!("{}{path}", self.base))
     }
 
     /// A JSON body, signed when a webhook secret is given.
-    fn json_body(
+    pub(crate) fn json_body(
         &self,
         request: RequestBuilder,
         body: &impl Serialize,
@@ -146,7 +154,7 @@ impl Remote {
 
     /// Sends with the token; a 2xx answer is decoded, anything else becomes
     /// an [`ApiFailure`].
-    async fn call<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T> {
+    pub(crate) async fn call<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T> {
         let token = self.token.as_deref().ok_or_else(|| {
             anyhow!("--endpoint needs a token: pass --token or set VERGENCE_TOKEN")
         })?;
@@ -304,12 +312,22 @@ async fn push_config(global: &Global, remote: &Remote, args: &ConfigsPushArgs) -
     let body = ConfigPushRequest {
         files: Some(bundle.files),
     };
-    let path = if args.validate_only {
-        "/v1/configs?validateOnly=true"
+    let mut query = Vec::new();
+    if args.validate_only {
+        query.push("validateOnly=true".to_owned());
+    }
+    if let Some(application) = args.application.as_deref() {
+        let application: ApplicationName = application
+            .parse()
+            .map_err(|e| anyhow!("--app {application:?}: {e}"))?;
+        query.push(format!("application={application}"));
+    }
+    let path = if query.is_empty() {
+        "/v1/configs".to_owned()
     } else {
-        "/v1/configs"
+        format!("/v1/configs?{}", query.join("&"))
     };
-    let request = remote.json_body(remote.request(Method::POST, path), &body, false)?;
+    let request = remote.json_body(remote.request(Method::POST, &path), &body, false)?;
     let result = if args.validate_only {
         remote
             .call::<ValidationReport>(request)
@@ -326,7 +344,7 @@ async fn push_config(global: &Global, remote: &Remote, args: &ConfigsPushArgs) -
         remote
             .call::<ApplyReport>(request)
             .await
-            .map(|report| commands::apply_summary(&report))
+            .map(|report| crate::configs::push_summary(&report))
     };
     match result {
         Ok(line) => {

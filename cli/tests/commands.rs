@@ -59,8 +59,9 @@ fn release_waits_for_approval_in_prod_then_converges_on_that_version() {
         "--param",
         "flavor=spicy",
     ]);
-    // No config stored yet: the release names an unknown application.
-    assert_ne!(run.code, 0, "{run}");
+    // No state yet: given --config (as every run here is), the release
+    // stores that config first (tests/papercuts.rs covers it).
+    assert_eq!(run.code, 0, "{run}");
 
     project.up(3);
     let prod = project.instance("api", "prod");
@@ -152,8 +153,8 @@ fn validate_names_file_line_and_unknown_template_parameter() {
     let project = Project::quickstart();
     project.replace(
         "runtimes.yaml",
-        "cmd: [./scripts/check.sh, --replicas={{.Params.replicas}}",
-        "cmd: [./scripts/check.sh, --replicas={{.Params.replicaz}}",
+        "cmd: [./scripts/check.sh, \"--replicas={{.Params.replicas}}\"",
+        "cmd: [./scripts/check.sh, \"--replicas={{.Params.replicaz}}\"",
     );
     let line = project
         .read("runtimes.yaml")
@@ -336,4 +337,28 @@ fn an_emptied_state_file_is_an_error_for_every_command_never_a_fresh_start() {
         0,
         "nothing was re-created over it"
     );
+}
+
+#[test]
+fn schema_prints_the_published_schema_and_what_it_rejects_validate_rejects() {
+    let project = Project::quickstart();
+    let run = project.vergence(&["schema"]);
+    assert_eq!(run.code, 0, "{run}");
+    let published = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/config.schema.json"),
+    )
+    .expect("docs/config.schema.json");
+    assert_eq!(
+        run.stdout, published,
+        "vergence schema prints docs/config.schema.json"
+    );
+
+    // A misspelt key and a wrong enum value: the schema refuses both (see
+    // shared/compiler/tests/schema.rs), and so does `validate`, naming them.
+    project.replace("runtimes.yaml", "pollInterval:", "pollIntervall:");
+    project.replace("runtimes.yaml", "mode: structured", "mode: structural");
+    let run = project.vergence(&["validate"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(run.stderr.contains("pollIntervall"), "{run}");
+    assert!(run.stderr.contains("structural"), "{run}");
 }

@@ -106,6 +106,22 @@ fn runners_and_the_api_do_not_depend_on_the_compiler() {
 }
 
 #[test]
+fn the_notifier_sees_only_the_model() {
+    // The compiler is injected (the Compiler port), as for the API.
+    assert_none(
+        "infra/notify/Cargo.toml",
+        &[
+            "vergence-engine",
+            "vergence-compiler",
+            "vergence-embedded",
+            "vergence-aws",
+            "vergence-api",
+            "vergence-runner",
+        ],
+    );
+}
+
+#[test]
 fn only_the_agent_talks_to_kubernetes() {
     // The Vergence side of the kubernetes runner holds no cluster client:
     // every call to a cluster is the agent's, made from inside it.
@@ -178,6 +194,10 @@ fn the_local_cli_builds_without_any_cloud_sdk() {
         Vec::<&String>::new(),
         "`cargo build -p vergence-cli --no-default-features` compiles a cloud SDK"
     );
+    // aws-lc-sys alone is a minute of a newcomer's first build: the local
+    // CLI's TLS is rustls over ring.
+    let aws_lc: Vec<&String> = local.iter().filter(|c| c.starts_with("aws-lc")).collect();
+    assert!(aws_lc.is_empty(), "the local CLI builds {aws_lc:?}");
 }
 
 #[test]

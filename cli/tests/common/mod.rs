@@ -37,6 +37,16 @@ impl std::fmt::Display for Run {
     }
 }
 
+/// The `vergence` binary under test: this build's, or the one
+/// `VERGENCE_TEST_BIN` names (to run a test against another build, such as
+/// the one before a fix).
+pub fn vergence_bin() -> PathBuf {
+    std::env::var_os("VERGENCE_TEST_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_vergence")),
+        PathBuf::from,
+    )
+}
+
 /// A config folder of one's own and the binary to run on it.
 pub struct Project {
     pub dir: tempfile::TempDir,
@@ -84,7 +94,7 @@ impl Project {
 
     /// Runs `vergence ARGS --config <project>`.
     pub fn vergence(&self, args: &[&str]) -> Run {
-        let output = Command::new(env!("CARGO_BIN_EXE_vergence"))
+        let output = Command::new(vergence_bin())
             .args(args)
             .arg("--config")
             .arg(self.path())

@@ -18,10 +18,12 @@ pub struct Server {
 
 impl Server {
     /// Starts on port 0 and reads the URL from the first line of stdout.
+    /// The project's state is given, not its config: `serve --config DIR`
+    /// would apply DIR on start, and these tests push configs themselves.
     pub fn start(project: &Project, extra_args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vergence"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-            .arg(project.path())
+            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .arg(project.file(".vergence/state.db"))
             .args(extra_args)
             .current_dir(project.path())
             .env_remove("RUST_LOG")

@@ -30,7 +30,7 @@ pub use auth::{MAX_WEBHOOK_SKEW_SECONDS, SIGNATURE_HEADER, TIMESTAMP_HEADER, sig
 /// The router type, so wiring crates need no direct axum dependency.
 pub use axum::Router;
 pub use error::ApiError;
-pub use routes::{endpoints, router};
+pub use routes::{CONTENT_SECURITY_POLICY, UI_PATH, endpoints, router};
 pub use tokens::{create_token, secret_sha256};
 
 /// Default limit on request bodies: generous for a config bundle, small

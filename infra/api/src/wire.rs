@@ -242,3 +242,119 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<ConfigError>,
 }
+
+/// `GET /v1/whoami`: what the presented token is, so a client (the status
+/// page) can tell its application and which actions to offer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenInfo {
+    /// The first characters of the token id, as events name the actor.
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<ApplicationName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentName>,
+    pub scopes: Vec<vergence_model::Scope>,
+}
+
+/// An alert as `GET /v1/alerts` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlertView {
+    pub name: String,
+    pub state: AlertStateName,
+    /// When it last changed state.
+    pub since: Timestamp,
+    /// Who set it last.
+    pub actor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+impl AlertView {
+    pub fn of(alert: &vergence_model::AlertState) -> Self {
+        Self {
+            name: alert.name.clone(),
+            state: AlertStateName::of(alert.firing),
+            since: alert.since,
+            actor: alert.actor.clone(),
+            summary: alert.summary.clone(),
+        }
+    }
+}
+
+/// `GET /v1/alerts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertListResponse {
+    pub alerts: Vec<AlertView>,
+}
+
+/// `GET /v1/applications/{app}/services/{service}/release-channels/{rc}`:
+/// one instance in full, as the status page's instance view shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceDetail {
+    pub instance: InstanceView,
+    /// The lines of `vergence explain`: status, controls, every gate in
+    /// order, checks, the last jobs, what runs now, the next check.
+    pub explain: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<vergence_model::ControlMark>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<vergence_model::Pin>,
+    /// The job running now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningJobView>,
+    /// The last finished job of each kind, with the end of its output.
+    pub last_jobs: Vec<JobView>,
+}
+
+/// A job that was dispatched and has not reported yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningJobView {
+    pub kind: vergence_model::JobKind,
+    pub version: Version,
+    pub attempt: u32,
+    pub since: Timestamp,
+}
+
+/// A finished job as people read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub kind: vergence_model::JobKind,
+    pub version: Version,
+    pub attempt: u32,
+    /// `exited`, `timed out`, `lost`, … as `explain` says it.
+    pub outcome: String,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    pub finished_at: Timestamp,
+    pub duration_ms: u64,
+    /// The end of the job's stderr.
+    pub output: String,
+}
+
+impl JobView {
+    pub fn of(job: &vergence_model::JobSummary) -> Self {
+        Self {
+            kind: job.kind,
+            version: job.version.clone(),
+            attempt: job.attempt,
+            outcome: job.outcome.to_string(),
+            exit_code: job.exit_code,
+            finished_at: job.finished_at,
+            duration_ms: job.duration_ms,
+            output: job.stderr_tail.clone(),
+        }
+    }
+}
+
+/// `POST …/rollback`: roll back to this released version; without one, to
+/// the last version that converged in the release channel.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollbackBody {
+    pub version: Option<String>,
+}

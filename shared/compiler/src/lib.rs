@@ -20,6 +20,7 @@ mod render;
 pub mod template;
 
 pub use check::{check, check_docker_image};
+pub use config::json_schema::{SCHEMA_URL, config_json_schema};
 pub use config::read_dir;
 pub use model::ConfigModel;
 pub use port::YamlCompiler;

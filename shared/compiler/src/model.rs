@@ -3,7 +3,7 @@
 //! [`super::render`]. Lookups by name and the typing of a release's
 //! parameters are here too, for the control operations.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::SignedDuration;
 
@@ -26,6 +26,9 @@ pub struct ConfigModel {
     pub protections: BTreeMap<ProtectionName, Protection>,
     /// Every runner the config names, with where, in file and line order.
     pub runner_uses: Vec<RunnerUse>,
+    /// Every file with the applications it concerns, for splitting the
+    /// config into per-application parts.
+    pub file_applications: BTreeMap<String, BTreeSet<ApplicationName>>,
 }
 
 impl ConfigModel {
@@ -158,6 +161,8 @@ pub struct Application {
     /// In the order written; promotion order comes from preconditions.
     pub release_channels: Vec<ReleaseChannel>,
     pub services: BTreeMap<ServiceName, Service>,
+    /// Who is told about which events (docs/notifications.md).
+    pub notifications: Vec<vergence_model::notification::NotificationRule>,
 }
 
 impl Application {

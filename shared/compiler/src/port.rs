@@ -1,7 +1,7 @@
 //! The compiler behind the [`Compiler`] port, for the engine's control
 //! operations and every binary that wires them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use vergence_model::ports::{CompiledConfig, Compiler};
@@ -79,6 +79,17 @@ impl CompiledConfig for ConfigModel {
 
     fn runner_uses(&self) -> Vec<RunnerUse> {
         self.runner_uses.clone()
+    }
+
+    fn file_applications(&self) -> BTreeMap<String, BTreeSet<ApplicationName>> {
+        self.file_applications.clone()
+    }
+
+    fn notifications(&self) -> Vec<vergence_model::notification::NotificationRule> {
+        self.applications
+            .values()
+            .flat_map(|app| app.notifications.iter().cloned())
+            .collect()
     }
 
     fn compile_service(

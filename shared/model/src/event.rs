@@ -96,6 +96,14 @@ pub enum EventKind {
     StepFailed {
         dead_lettered: bool,
     },
+    /// A notification about an event could not be delivered after every
+    /// attempt; the notifier moved on to the next.
+    #[serde(rename_all = "camelCase")]
+    NotificationFailed {
+        notification: String,
+        delivery_id: String,
+        attempts: u32,
+    },
 }
 
 impl EventKind {
@@ -126,6 +134,7 @@ impl EventKind {
             EventKind::Unpinned => "unpinned",
             EventKind::RollbackRequested { .. } => "rollbackRequested",
             EventKind::StepFailed { .. } => "stepFailed",
+            EventKind::NotificationFailed { .. } => "notificationFailed",
         }
     }
 }

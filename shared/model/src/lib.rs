@@ -25,6 +25,7 @@ pub mod instance;
 pub mod job;
 pub mod manifests;
 pub mod names;
+pub mod notification;
 pub mod policy;
 pub mod ports;
 pub mod release;
@@ -36,7 +37,7 @@ pub mod token;
 pub mod window;
 
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
-pub use bundle::ConfigBundle;
+pub use bundle::{ConfigBundle, ConfigPart, PartOf};
 pub use cloud_run::CloudRunService;
 pub use compiled::*;
 pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};

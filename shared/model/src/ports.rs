@@ -66,6 +66,12 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
     /// runtime's runner, in file and line order. A command can warn about
     /// the kinds its deployment has no runner for before any job is due.
     fn runner_uses(&self) -> Vec<RunnerUse>;
+    /// Every file of the bundle with the applications it concerns: their
+    /// documents and services, the runtimes and protections they use, the
+    /// files their services name. A config is split into per-application
+    /// parts by it; a file of several applications or of none is the
+    /// platform's.
+    fn file_applications(&self) -> BTreeMap<String, std::collections::BTreeSet<ApplicationName>>;
     /// The desired state of every instance of a service, running `release`
     /// (or the config-derived version without one).
     fn compile_service(
@@ -74,6 +80,8 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
         service: &ServiceName,
         release: Option<&Release>,
     ) -> Result<Vec<(InstanceKey, Desired)>>;
+    /// Every application's `notifications:` rules, in the order written.
+    fn notifications(&self) -> Vec<crate::notification::NotificationRule>;
 }
 
 /// An immutable, content-hashed config as it was applied.

@@ -9,7 +9,9 @@ mod agents;
 mod alerts;
 mod configs;
 mod delivery;
+mod instances;
 mod reads;
+mod ui;
 
 use std::time::Instant;
 
@@ -25,6 +27,8 @@ use serde::de::DeserializeOwned;
 use tracing::info;
 
 use crate::{ApiError, ApiState};
+
+pub use ui::{CONTENT_SECURITY_POLICY, UI_PATH};
 
 /// The HTTP methods the API uses.
 #[derive(Clone, Copy, Debug)]
@@ -78,7 +82,14 @@ fn routes() -> Vec<Route> {
     use Verb::{Get, Post, Put};
     vec![
         Route::new(Get, "/v1/healthz", reads::healthz),
+        Route::new(Get, "/v1/whoami", instances::whoami),
         Route::new(Post, "/v1/configs", configs::push),
+        Route::new(Get, "/v1/applications/{app}/configs", configs::versions),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/configs/rollback",
+            configs::rollback,
+        ),
         Route::new(
             Post,
             "/v1/applications/{app}/services/{service}/releases",
@@ -89,6 +100,27 @@ fn routes() -> Vec<Route> {
             "/v1/applications/{app}/services/{service}/release-channels/{rc}/approvals",
             delivery::approve,
         ),
+        Route::new(
+            Get,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}",
+            instances::detail,
+        ),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/pause",
+            instances::pause,
+        ),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/resume",
+            instances::resume,
+        ),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/rollback",
+            instances::rollback,
+        ),
+        Route::new(Get, "/v1/alerts", instances::alerts),
         Route::new(Put, "/v1/alerts/{name}", alerts::set),
         Route::new(Post, "/v1/alerts/alertmanager", alerts::alertmanager),
         Route::new(Get, "/v1/applications/{app}/status", reads::status),
@@ -107,9 +139,9 @@ pub fn endpoints() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The API. A plain tower service: `vergence serve` runs it on a socket,
-/// the Lambda function hands it API Gateway requests, tests call it with
-/// `oneshot`.
+/// The API, and the status page (`/ui/`) over it. A plain tower service:
+/// `vergence serve` runs it on a socket, the Lambda function hands it API
+/// Gateway requests, tests call it with `oneshot`.
 pub fn router(state: ApiState) -> Router {
     let limit = state.config.max_body_bytes;
     let mut router = Router::new();
@@ -117,6 +149,7 @@ pub fn router(state: ApiState) -> Router {
         router = router.route(route.path, route.handler);
     }
     router
+        .merge(ui::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(log_request))

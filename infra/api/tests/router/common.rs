@@ -71,6 +71,11 @@ impl Reply {
         assert!(error["message"].is_string(), "no error message: {self:?}");
         error
     }
+
+    /// The error's message.
+    pub fn message(&self) -> &str {
+        self.error()["message"].as_str().unwrap_or_default()
+    }
 }
 
 /// Everything a request could have written; equal before and after a

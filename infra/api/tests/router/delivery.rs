@@ -191,7 +191,7 @@ async fn approving_needs_the_approve_scope_of_the_same_application() {
             "forbidden",
         )
         .await;
-    let message = reply.error()["message"].as_str().unwrap();
+    let message = reply.message();
     assert!(message.contains("lacks scope approve"), "{message}");
     let other_app = api.token("blog", &[Scope::Admin]).await;
     let reply = api
@@ -201,7 +201,7 @@ async fn approving_needs_the_approve_scope_of_the_same_application() {
             "forbidden",
         )
         .await;
-    let message = reply.error()["message"].as_str().unwrap();
+    let message = reply.message();
     assert!(
         message.contains("belongs to application blog, not shop"),
         "{message}"

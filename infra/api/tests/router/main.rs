@@ -13,3 +13,4 @@ mod delivery;
 mod openapi;
 mod reads;
 mod scopes;
+mod ui;

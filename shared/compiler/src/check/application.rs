@@ -54,10 +54,13 @@ impl<'a> Checker<'a> {
         }
         self.check_cycles(source, &channels);
         link_downstream(&mut channels);
+        let notifications =
+            self.notifications(source, &doc.name, &doc.notifications, &channel_names);
         Application {
             name: doc.name.clone(),
             release_channels: channels,
             services: BTreeMap::new(),
+            notifications,
         }
     }
 

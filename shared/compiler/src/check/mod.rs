@@ -15,8 +15,10 @@ mod ecs;
 mod field_path;
 mod job;
 mod kubernetes;
+mod notifications;
 mod parameter_values;
 mod parameters;
+mod parts;
 mod protection;
 mod runner;
 mod runner_fields;
@@ -138,14 +140,17 @@ impl<'a> Checker<'a> {
         runner_uses.sort_by(|a, b| {
             (&a.at.file, a.at.line, &a.at.path).cmp(&(&b.at.file, b.at.line, &b.at.path))
         });
-        ConfigModel {
+        let mut model = ConfigModel {
             hash: bundle.hash(),
             root: bundle.root.clone(),
             applications: apps,
             runtimes,
             protections: std::mem::take(&mut self.protections),
             runner_uses,
-        }
+            file_applications: BTreeMap::new(),
+        };
+        model.file_applications = parts::file_applications(bundle, documents, &model);
+        model
     }
 
     /// Sorts the documents by kind. A name defined twice for a kind is

@@ -2,6 +2,7 @@
 //! hashed [`ConfigBundle`], and each document in it a typed
 //! [`ParsedDocument`] with positions for error messages.
 
+pub mod json_schema;
 pub mod schema;
 pub mod yaml;
 
@@ -31,10 +32,9 @@ pub fn read_dir(dir: &Path) -> Result<ConfigBundle> {
             format!("no *.yaml files found in {}", dir.display()),
         ));
     }
-    Ok(ConfigBundle {
-        files,
-        root: Some(root.display().to_string()),
-    })
+    let mut bundle = ConfigBundle::from_files(files);
+    bundle.root = Some(root.display().to_string());
+    Ok(bundle)
 }
 
 fn collect_yaml(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -> Result<()> {

@@ -3,22 +3,26 @@
 //! These types mirror the YAML one to one; checking references between
 //! documents and resolving templates is the compiler's job.
 
+mod notification;
 mod runner;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use jiff::SignedDuration;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 
 use vergence_model::{
     ApplicationName, ProtectionName, ReleaseChannelName, RuntimeName, ServiceName,
 };
 
+pub use notification::{NotificationDoc, SlackNotificationDoc, WebhookNotificationDoc};
 pub use runner::{CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc};
 
 /// A document: exactly one top-level kind.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum DocumentBody {
     Application(Box<ApplicationDoc>),
@@ -57,6 +61,43 @@ impl fmt::Debug for DurationDoc {
     }
 }
 
+impl JsonSchema for DurationDoc {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "A positive duration: a number and a unit, like 30s, 10m or 1h30m.",
+            "examples": ["30s", "10m", "1h30m"],
+        })
+    }
+}
+
+/// Both spellings the reader takes (`BLOCK` and `block`).
+impl JsonSchema for FailureBehaviorDoc {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "FailureBehavior".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "enum": ["BLOCK", "FAIL", "block", "fail"],
+            "description": "BLOCK holds the apply while the protection fails; FAIL fails the version.",
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for DurationDoc {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = String::deserialize(deserializer)?;
@@ -77,7 +118,7 @@ pub fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
     Ok(parsed)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeDoc {
     pub name: RuntimeName,
@@ -105,7 +146,7 @@ pub struct RuntimeDoc {
 }
 
 /// `terraform: {module, backend, variables, workspace, image, …}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerraformRuntimeDoc {
     /// `./dir` (a directory of the config, relative to this file), an
@@ -136,7 +177,7 @@ pub struct TerraformRuntimeDoc {
 }
 
 /// `kubernetes: {agent, namespace, pollInterval, steadyStatePollInterval, timeout}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesRuntimeDoc {
     pub agent: Option<String>,
@@ -153,7 +194,7 @@ pub struct KubernetesRuntimeDoc {
 }
 
 /// `ecs: {cluster, region, pollInterval, steadyStatePollInterval, timeout}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EcsRuntimeDoc {
     /// Cluster name or ARN of the services.
@@ -169,7 +210,7 @@ pub struct EcsRuntimeDoc {
 }
 
 /// A service's `ecs: {taskDefinition: FILE, service: FILE}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceEcsDoc {
     /// The RegisterTaskDefinition request (JSON or YAML), relative to the
@@ -181,7 +222,7 @@ pub struct ServiceEcsDoc {
 }
 
 /// `cloudRun: {project, region, pollInterval, steadyStatePollInterval, timeout}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudRunRuntimeDoc {
     pub project: Option<String>,
@@ -195,7 +236,7 @@ pub struct CloudRunRuntimeDoc {
 }
 
 /// A service's `cloudRun: {service: FILE}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceCloudRunDoc {
     /// The Cloud Run service (Admin API v2 `Service`, JSON or YAML),
@@ -204,7 +245,7 @@ pub struct ServiceCloudRunDoc {
 }
 
 /// A service's `kubernetes: {manifests: DIR}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceKubernetesDoc {
     /// A directory of YAML manifests, relative to the service's file and
@@ -214,7 +255,7 @@ pub struct ServiceKubernetesDoc {
 
 /// The settings of a first-class runtime block (kept loose on purpose: it is
 /// only parsed to be rejected with a clear message).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FirstClassDoc {
     pub cluster: Option<String>,
@@ -226,13 +267,13 @@ pub struct FirstClassDoc {
     pub image: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskConfigDoc {
     pub program: ProgramDoc,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgramDoc {
     pub image: Option<String>,
@@ -242,7 +283,7 @@ pub struct ProgramDoc {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyDoc {
     pub task_config: TaskConfigDoc,
@@ -252,7 +293,7 @@ pub struct ApplyDoc {
     pub timeout: Option<DurationDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicyDoc {
     pub base_interval: Option<DurationDoc>,
@@ -260,14 +301,14 @@ pub struct RetryPolicyDoc {
     pub max_attempts: Option<u32>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum FetchModeDoc {
     ExitCode,
     Structured,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FetchDoc {
     pub task_config: TaskConfigDoc,
@@ -279,7 +320,7 @@ pub struct FetchDoc {
     pub timeout: Option<DurationDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GetInfoDoc {
     pub task_config: TaskConfigDoc,
@@ -288,7 +329,7 @@ pub struct GetInfoDoc {
 }
 
 /// A declared parameter: a name and exactly one type block.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParameterDoc {
     pub name: String,
@@ -300,24 +341,24 @@ pub struct ParameterDoc {
     pub secret: Option<SecretParamDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StringParamDoc {
     pub default_value: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IntParamDoc {
     pub default_value: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretParamDoc {}
 
 /// A parameter value: a name and exactly one typed value.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ParameterValueDoc {
     pub name: String,
@@ -331,7 +372,7 @@ pub struct ParameterValueDoc {
 /// A secret's source, as a service gives it for a runtime's `secret`
 /// parameter: exactly one of these keys (checked by the checker, so every
 /// mistake is reported with the others).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretValueDoc {
     /// An environment variable of the process running the local runner.
@@ -346,22 +387,25 @@ pub struct SecretValueDoc {
     pub kubernetes_secret: Option<KubernetesSecretDoc>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesSecretDoc {
     pub name: Option<String>,
     pub key: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationDoc {
     pub name: ApplicationName,
     pub description: Option<String>,
     pub release_channels: Vec<ReleaseChannelDoc>,
+    /// Who to tell about the events people act on (docs/notifications.md).
+    #[serde(default)]
+    pub notifications: Vec<NotificationDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseChannelDoc {
     pub name: ReleaseChannelName,
@@ -382,7 +426,7 @@ pub struct ReleaseChannelDoc {
 }
 
 /// `{days: mon-fri, hours: 9-17, timezone: Europe/Berlin}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TimeWindowDoc {
     pub days: Option<String>,
@@ -392,7 +436,7 @@ pub struct TimeWindowDoc {
 
 /// A one-off freeze `{name, start, end}` (RFC 3339 instants) or a
 /// recurring one `{name, days, hours, timezone}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DenyWindowDoc {
     pub name: Option<String>,
@@ -404,7 +448,7 @@ pub struct DenyWindowDoc {
 }
 
 /// A protection attached to a release channel or a service.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProtectionAttachmentDoc {
     #[serde(rename = "ref")]
@@ -412,7 +456,7 @@ pub struct ProtectionAttachmentDoc {
     pub lifecycle: Vec<LifecycleDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProtectionRefDoc {
     pub name: ProtectionName,
@@ -421,7 +465,7 @@ pub struct ProtectionRefDoc {
     pub parameters: Vec<ParameterValueDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum LifecycleDoc {
     PreApproval(EmptyDoc),
@@ -429,11 +473,11 @@ pub enum LifecycleDoc {
     PostDeployment(PostDeploymentLifecycleDoc),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EmptyDoc {}
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeploymentLifecycleDoc {
     pub failure_behavior: Option<FailureBehaviorDoc>,
@@ -447,7 +491,7 @@ pub enum FailureBehaviorDoc {
     Fail,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PostDeploymentLifecycleDoc {
     pub delay_check_duration: Option<DurationDoc>,
@@ -456,14 +500,14 @@ pub struct PostDeploymentLifecycleDoc {
 
 /// A runtime a release channel offers, with the settings of its runner
 /// this channel changes (of the same kind as the runtime's runner).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeRefDoc {
     pub runtime: RuntimeName,
     pub runner: Option<RunnerDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConstantDoc {
     pub name: String,
@@ -471,34 +515,34 @@ pub struct ConstantDoc {
     pub int: Option<ConstantValueDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConstantValueDoc {
     pub value: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum PreconditionDoc {
     ReleaseChannelStable(ReleaseChannelStableDoc),
     ManualApproval(ManualApprovalDoc),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseChannelStableDoc {
     pub release_channel: ReleaseChannelName,
     pub duration: Option<DurationDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ManualApprovalDoc {
     pub name: String,
     pub description: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceDoc {
     pub name: ServiceName,
@@ -528,21 +572,21 @@ pub struct ServiceDoc {
     pub auto_rollback: Option<AutoRollbackDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoRollbackDoc {
     #[serde(default)]
     pub disabled: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomDoc {
     #[serde(default)]
     pub parameter_values: Vec<ParameterValueDoc>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PerReleaseChannelDoc {
     pub release_channel: ReleaseChannelName,
@@ -552,14 +596,14 @@ pub struct PerReleaseChannelDoc {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum DriftPolicyDoc {
     Remediate,
     DetectOnly,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProtectionDoc {
     pub name: ProtectionName,

@@ -19,7 +19,7 @@ mod delivery;
 mod explain;
 mod policy;
 
-pub use config::{ApplyReport, PlanAction, PlanEntry};
+pub use config::{ApplyReport, PartVersion, PlanAction, PlanEntry, PreparedPush};
 pub use policy::{PauseAction, StepFailure};
 
 /// The control operations, over the injected store, queue and compiler.
@@ -112,6 +112,24 @@ impl Control {
     async fn append_events(&self, mut events: Vec<Event>, scope: &str) -> Result<()> {
         Event::assign_ids(&mut events, scope);
         self.store.append_events(&events).await
+    }
+
+    /// Wakes instances whose records an operation did not write (an
+    /// approval, an alert): their `next_check_at` becomes now, so that any
+    /// other process stepping this state (`up --watch`, `serve`, the
+    /// scheduler) finds them due at its next store poll, not at their next
+    /// fetch, which can be an hour away. The in-process queue only reaches
+    /// the engine of this process.
+    async fn wake_everywhere(&self, keys: &[InstanceKey]) -> Result<()> {
+        let store = self.store.as_ref();
+        for key in keys {
+            let now = self.clock.now();
+            ports::update_instance(store, self.clock.as_ref(), key, |r| {
+                r.next_check_at.is_none_or(|at| at > now).then(Vec::new)
+            })
+            .await?;
+        }
+        self.wake(keys).await
     }
 
     async fn wake(&self, keys: &[InstanceKey]) -> Result<()> {
