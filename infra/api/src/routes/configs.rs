@@ -17,7 +17,7 @@ use vergence_engine::control::{PartVersion, PreparedPush};
 use vergence_model::ConfigBundle;
 use vergence_model::{ApplicationName, ConfigPart, Scope};
 
-use super::{parse_json, parse_name, path_error, query_error, read_body};
+use super::{parse_json, parse_name, path_error, query_error, read_body, read_optional_json};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{ConfigPushRequest, ValidationReport};
 use crate::{ApiError, ApiState};
@@ -229,12 +229,7 @@ pub(super) async fn rollback(
 ) -> Result<Response, ApiError> {
     let (caller, application) =
         config_application(&api, &headers, path, Some(Scope::Admin)).await?;
-    let body = read_body(&api, request).await?;
-    let rollback: RollbackRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        RollbackRequest::default()
-    } else {
-        parse_json(&body)?
-    };
+    let rollback: RollbackRequest = read_optional_json(&api, request).await?;
     let report = api
         .control
         .rollback_config(

@@ -4,12 +4,9 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use vergence_model::{
-    ApplicationName, Approval, InstanceKey, Release, ReleaseChannelName, Scope, ServiceName,
-    Version,
-};
+use vergence_model::{ApplicationName, Approval, Release, Scope, ServiceName, Version};
 
-use super::{parse_json, parse_name, path_error, read_body};
+use super::{instance_key, parse_json, parse_name, path_error, read_body, read_optional_json};
 use crate::auth::{authenticate, verify_webhook};
 use crate::wire::{ApprovalRequest, ReleaseRequest};
 use crate::{ApiError, ApiState};
@@ -56,20 +53,10 @@ pub(super) async fn approve(
     request: Request,
 ) -> Result<Json<Approval>, ApiError> {
     let caller = authenticate(&api, &headers).await?;
-    let Path((app, service, channel)) = path.map_err(path_error)?;
-    let key = InstanceKey::new(
-        parse_name::<ApplicationName>("application", &app)?,
-        parse_name::<ServiceName>("service", &service)?,
-        parse_name::<ReleaseChannelName>("releaseChannel", &channel)?,
-    );
+    let key = instance_key(path)?;
     caller.authorize(&key.application, Scope::Approve)?;
-    let body = read_body(&api, request).await?;
     // `curl -X POST` without a body approves the desired version.
-    let request: ApprovalRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        ApprovalRequest::default()
-    } else {
-        parse_json(&body)?
-    };
+    let request: ApprovalRequest = read_optional_json(&api, request).await?;
     let version: Option<Version> = request
         .version
         .map(|v| parse_name("version", &v))

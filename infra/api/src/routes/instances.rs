@@ -12,11 +12,9 @@ use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use vergence_engine::control::PauseAction;
 use vergence_model::ports::InstanceFilter;
-use vergence_model::{
-    ApplicationName, InstanceKey, ReleaseChannelName, Scope, ServiceName, Version,
-};
+use vergence_model::{InstanceKey, InstanceRecord, Scope, Version};
 
-use super::{parse_json, parse_name, path_error, read_body};
+use super::{instance_key, parse_name, read_optional_json};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{
     AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, RollbackBody,
@@ -61,24 +59,23 @@ async fn instance_of_path(
     path: Result<Path<(String, String, String)>, PathRejection>,
 ) -> Result<(Caller, InstanceKey), ApiError> {
     let caller = authenticate(api, headers).await?;
-    let Path((app, service, channel)) = path.map_err(path_error)?;
-    let key = InstanceKey::new(
-        parse_name::<ApplicationName>("application", &app)?,
-        parse_name::<ServiceName>("service", &service)?,
-        parse_name::<ReleaseChannelName>("releaseChannel", &channel)?,
-    );
+    let key = instance_key(path)?;
     caller.authorize_application(&key.application)?;
     Ok((caller, key))
 }
 
-/// The instance as it is now, or 404 naming it.
-async fn current(api: &ApiState, key: &InstanceKey) -> Result<InstanceView, ApiError> {
-    let record = api
+/// The instance's record as it is now, or 404 naming it.
+async fn record_of(api: &ApiState, key: &InstanceKey) -> Result<InstanceRecord, ApiError> {
+    Ok(api
         .store
         .get_instance(key)
         .await?
-        .ok_or_else(|| vergence_model::Error::not_found(format!("instance {key}")))?;
-    Ok(InstanceView::of(&record))
+        .ok_or_else(|| vergence_model::Error::not_found(format!("instance {key}")))?)
+}
+
+/// The instance as it is now, or 404 naming it.
+async fn current(api: &ApiState, key: &InstanceKey) -> Result<InstanceView, ApiError> {
+    Ok(InstanceView::of(&record_of(api, key).await?))
 }
 
 /// `GET /v1/applications/{app}/services/{service}/release-channels/{rc}`:
@@ -89,11 +86,7 @@ pub(super) async fn detail(
     path: Result<Path<(String, String, String)>, PathRejection>,
 ) -> Result<Json<InstanceDetail>, ApiError> {
     let (_, key) = instance_of_path(&api, &headers, path).await?;
-    let record = api
-        .store
-        .get_instance(&key)
-        .await?
-        .ok_or_else(|| vergence_model::Error::not_found(format!("instance {key}")))?;
+    let record = record_of(&api, &key).await?;
     // The same lines `vergence explain` prints, from the same code.
     let explain = api.control.explain(&key).await?;
     Ok(Json(InstanceDetail {
@@ -159,13 +152,8 @@ pub(super) async fn rollback(
 ) -> Result<Json<InstanceView>, ApiError> {
     let (caller, key) = instance_of_path(&api, &headers, path).await?;
     caller.require_scope(Scope::Admin)?;
-    let body = read_body(&api, request).await?;
     // An empty body rolls back to the last version that converged.
-    let body: RollbackBody = if body.iter().all(u8::is_ascii_whitespace) {
-        RollbackBody::default()
-    } else {
-        parse_json(&body)?
-    };
+    let body: RollbackBody = read_optional_json(&api, request).await?;
     let version: Option<Version> = body
         .version
         .map(|v| parse_name("version", &v))

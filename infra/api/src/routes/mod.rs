@@ -220,6 +220,36 @@ fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// A JSON body that may be left out: an empty (or blank) body is
+/// `T::default()`, so `curl -X POST` without one takes the defaults.
+async fn read_optional_json<T: DeserializeOwned + Default>(
+    state: &ApiState,
+    request: Request,
+) -> Result<T, ApiError> {
+    let body = read_body(state, request).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse_json(&body)
+    }
+}
+
+/// The instance a `/v1/applications/{app}/services/{service}/release-channels/{rc}…`
+/// path names.
+fn instance_key(
+    path: Result<
+        axum::extract::Path<(String, String, String)>,
+        axum::extract::rejection::PathRejection,
+    >,
+) -> Result<vergence_model::InstanceKey, ApiError> {
+    let axum::extract::Path((app, service, channel)) = path.map_err(path_error)?;
+    Ok(vergence_model::InstanceKey::new(
+        parse_name("application", &app)?,
+        parse_name("service", &service)?,
+        parse_name("releaseChannel", &channel)?,
+    ))
+}
+
 /// Parses a name from the path or query, naming the input when invalid.
 fn parse_name<T: std::str::FromStr<Err = String>>(field: &str, raw: &str) -> Result<T, ApiError> {
     raw.parse().map_err(|e| ApiError::invalid(field, e))
