@@ -49,31 +49,22 @@ pub fn event_file(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A copy of examples/quickstart without state or deployed files.
-pub fn quickstart_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart"),
-        dir.path(),
-    );
-    dir
+/// The ECS testbed of `vergence_runner_ecs::testing` in the moto at
+/// `url`, with jobs' files in a fresh bucket through the S3 artifact store.
+pub async fn ecs_testbed(url: &str) -> vergence_runner_ecs::testing::Moto {
+    let (s3, bucket) = vergence_aws::testing::fresh_bucket(url).await;
+    let artifacts = Arc::new(vergence_aws::S3ArtifactStore::new(s3, bucket, "artifacts/"));
+    vergence_runner_ecs::testing::Moto::new(
+        url,
+        vergence_aws::testing::sdk_config(url).await,
+        artifacts,
+    )
+    .await
 }
 
-pub fn copy_dir(from: &Path, to: &Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".vergence" || name == "deployed" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+/// A copy of examples/quickstart without state or deployed files.
+pub fn quickstart_copy() -> tempfile::TempDir {
+    vergence_testkit::example_copy("quickstart")
 }
 
 /// One serverless deployment over fresh stand-in resources.

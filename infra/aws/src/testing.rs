@@ -12,24 +12,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::Credentials;
 
-pub const DYNAMODB_URL: &str = "VERGENCE_TEST_DYNAMODB_URL";
-pub const SQS_URL: &str = "VERGENCE_TEST_SQS_URL";
-
-/// The endpoint in `var`; `None` (the test skips) when it is not set,
-/// unless `VERGENCE_REQUIRE_SERVICES=1` makes a missing service a failure.
-pub fn endpoint(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("VERGENCE_REQUIRE_SERVICES").as_deref() == Ok("1") => panic!(
-            "{var} is not set and VERGENCE_REQUIRE_SERVICES=1: run \
-             `scripts/services.sh start && . .tools/services.env` first"
-        ),
-        _ => {
-            println!("skipped: set {var}");
-            None
-        }
-    }
-}
+pub use vergence_testkit::{DYNAMODB_URL, SQS_URL, endpoint, unique_name};
 
 /// Static credentials, us-east-1, and one attempt per call so a stand-in's
 /// error fails the test at once instead of after retries.
@@ -41,10 +24,6 @@ pub async fn sdk_config(url: &str) -> SdkConfig {
         .retry_config(RetryConfig::standard().with_max_attempts(1))
         .load()
         .await
-}
-
-pub fn unique_name(prefix: &str) -> String {
-    format!("{prefix}-{:016x}", fastrand::u64(..))
 }
 
 pub async fn dynamodb_client(url: &str) -> aws_sdk_dynamodb::Client {

@@ -2,6 +2,7 @@
 //! real `google-cloud-run-v2` and `google-cloud-logging-v2` clients. Tasks
 //! run as local processes (the fake's process executor) unless a test says
 //! otherwise; artifacts travel through real URLs of a local HTTP store.
+//! The first-class Cloud Run runtime (`services`) against the same fake.
 //! One test binary, so the clients are linked once.
 
 // Helpers unwrap like the tests that call them.
@@ -12,6 +13,7 @@ mod handoff;
 mod jobs;
 mod results;
 mod runs;
+mod services;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

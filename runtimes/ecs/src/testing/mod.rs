@@ -1,9 +1,10 @@
 //! Test support for the ECS runner and deployments using it: the runner
-//! against moto (ECS, EC2, CloudWatch Logs, S3) with the real SDK clients: a cluster, a log group and an artifact bucket per
-//! test, moto's default VPC subnet and security group, and what the
-//! platform and the image would do around a task (the awslogs driver
-//! writing the stream, vergence-wrapper uploading files to the presigned
-//! URLs the task was given).
+//! against moto (ECS, EC2, CloudWatch Logs) with the real SDK clients: a
+//! cluster and a log group per test, moto's default VPC subnet and security
+//! group, and what the platform would do around a task (the awslogs driver
+//! writing the stream). The artifact store is the caller's: this crate's
+//! test support depends on no adapter (docs/architecture.md), so the tests
+//! that combine the runner with the S3 store bring it themselves.
 //!
 //! moto always reports exit code 0 and never fails a task, so
 //! [`Injector`] rewrites ECS responses at the wire for the paths
@@ -26,9 +27,9 @@ use crate::{EcsClients, EcsRunner, EcsSettings};
 use aws_config::SdkConfig;
 use aws_sdk_ecs::types::Task;
 use jiff::Timestamp;
-use vergence_aws::S3ArtifactStore;
-use vergence_aws::testing::{SQS_URL, endpoint, fresh_bucket, sdk_config, unique_name};
+use vergence_model::ports::ArtifactStore;
 use vergence_model::{EcsRunnerSpec, JobHandle, JobRecord};
+use vergence_testkit::unique_name;
 
 pub use inject::{Injector, Rollout, StoppedAs};
 
@@ -45,7 +46,7 @@ pub struct Moto {
     pub plain_ecs: aws_sdk_ecs::Client,
     pub logs: aws_sdk_cloudwatchlogs::Client,
     pub injector: Injector,
-    pub artifacts: Arc<S3ArtifactStore>,
+    pub artifacts: Arc<dyn ArtifactStore>,
     pub cluster: String,
     pub log_group: String,
     pub subnet: String,
@@ -53,19 +54,13 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// A fresh cluster, log group name and bucket; `None` (the test
-    /// skips) without moto.
-    pub async fn start() -> Option<Self> {
-        let url = endpoint(SQS_URL)?;
-        Some(Self::in_region(&url, "us-east-1").await)
-    }
-
-    pub async fn in_region(url: &str, region: &str) -> Self {
-        let config = sdk_config(url)
-            .await
-            .into_builder()
-            .region(aws_config::Region::new(region.to_owned()))
-            .build();
+    /// A fresh cluster and log group name in the moto at `url`, reached
+    /// with `config` (whose region is the testbed's); jobs' files go to
+    /// `artifacts`.
+    pub async fn new(url: &str, config: SdkConfig, artifacts: Arc<dyn ArtifactStore>) -> Self {
+        let region = config
+            .region()
+            .map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
         let injector = Injector::default();
         let ecs = aws_sdk_ecs::Client::from_conf(
             aws_sdk_ecs::config::Builder::from(&config)
@@ -74,7 +69,6 @@ impl Moto {
         );
         let plain_ecs = aws_sdk_ecs::Client::new(&config);
         let logs = aws_sdk_cloudwatchlogs::Client::new(&config);
-        let (s3, bucket) = fresh_bucket(url).await;
         let cluster = unique_name("vergence-jobs");
         plain_ecs
             .create_cluster()
@@ -82,7 +76,7 @@ impl Moto {
             .send()
             .await
             .expect("create the test cluster");
-        let (subnet, security_group) = default_network(url, region).await;
+        let (subnet, security_group) = default_network(url, &region).await;
         Self {
             url: url.to_owned(),
             config,
@@ -90,7 +84,7 @@ impl Moto {
             plain_ecs,
             logs,
             injector,
-            artifacts: Arc::new(S3ArtifactStore::new(s3, bucket, "artifacts/")),
+            artifacts,
             cluster,
             log_group: format!("/vergence/{}", unique_name("jobs")),
             subnet,

@@ -1,0 +1,22 @@
+//! The `vergence` binary, run as a process against configs in temporary
+//! folders, its state files and the servers it starts: one test binary, a
+//! module per area. It links no cloud SDK: what it checks, it checks through
+//! the binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod api_schema;
+mod browser;
+mod commands;
+mod common;
+mod features;
+mod notifications;
+mod papercuts;
+mod per_app;
+mod policies;
+mod quickstart;
+mod reliability;
+mod scale;
+mod serve;
+mod terraform;
+mod watch;

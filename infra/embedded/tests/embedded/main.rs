@@ -1,0 +1,9 @@
+//! The engine over the real SQLite store with runners of each shape (inline,
+//! asynchronous), and the state file's faults. One test binary, a module per
+//! area.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod async_runner;
+mod inline_runner;
+mod state_file;

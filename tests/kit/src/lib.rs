@@ -1,0 +1,88 @@
+//! Test support every test binary may use, whatever it links: it depends
+//! on no cloud SDK and on no crate of Vergence's, so a test of the CLI
+//! (which runs the `vergence` binary) links only what it calls.
+
+// Test support: a failure to copy a fixture is the test's failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+/// The workspace's root folder.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Copies `from` into `to`, leaving out what running an example leaves
+/// behind (its `.vergence/` state and `deployed/` files).
+pub fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".vergence" || name == "deployed" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A copy of `examples/<name>` in a new temporary folder, without state or
+/// deployed files.
+pub fn example_copy(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_dir(&workspace().join("examples").join(name), dir.path());
+    dir
+}
+
+/// The variable naming DynamoDB Local's URL (`scripts/services.sh`).
+pub const DYNAMODB_URL: &str = "VERGENCE_TEST_DYNAMODB_URL";
+/// The variable naming moto's URL (SQS, ECS, S3, Logs, …).
+pub const SQS_URL: &str = "VERGENCE_TEST_SQS_URL";
+
+/// The endpoint in `var`; `None` (the test skips) when it is not set,
+/// unless `VERGENCE_REQUIRE_SERVICES=1` makes a missing service a failure.
+pub fn endpoint(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("VERGENCE_REQUIRE_SERVICES").as_deref() == Ok("1") => panic!(
+            "{var} is not set and VERGENCE_REQUIRE_SERVICES=1: run \
+             `scripts/services.sh start && . .tools/services.env` first"
+        ),
+        _ => {
+            println!("skipped: set {var}");
+            None
+        }
+    }
+}
+
+/// `prefix` and 16 random hex digits: a table, queue or bucket of one's
+/// own, so tests run in parallel against one server.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", fastrand::u64(..))
+}
+
+/// A binary of the workspace (`vergence`, `worker`, `vergence-agent`, …)
+/// as cargo built it beside this test's own executable
+/// (`target/<profile>/<name>`). Tests of one crate that run another
+/// crate's binary find it here: `scripts/test.sh` builds every binary
+/// (`cargo build --workspace --all-targets`) before it runs the tests.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own executable");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>/<name>
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test executable in target/<profile>/deps");
+    let binary = profile.join(name);
+    assert!(
+        binary.is_file(),
+        "{} is not built: run `cargo build --workspace --all-targets` first (scripts/test.sh does)",
+        binary.display()
+    );
+    binary
+}

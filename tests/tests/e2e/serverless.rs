@@ -1,0 +1,634 @@
+//! The serverless shape end to end against DynamoDB Local and moto's SQS:
+//! the scheduler gets a real EventBridge event, the worker real SQS event
+//! payloads built from received messages, until staging and prod converge.
+//! Then the same under duplicate and concurrent deliveries, and with a
+//! worker that dies between running an apply and recording its result.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use vergence_e2e::{Harness, applies_started, endpoints, quickstart_copy};
+use vergence_lambda::worker::{Worker, WorkerConfig};
+use vergence_model::ports::{ArtifactStore, JobResultSink, ManualClock, Runner};
+use vergence_model::{JobHandle, JobKind, JobRecord, JobResult, Status};
+use vergence_runner_local::LocalRunner;
+
+/// Applies started per (instance, version), from the audit trail.
+async fn applies(h: &Harness) -> BTreeMap<(String, String), usize> {
+    applies_started(h.events().await, false)
+}
+
+/// The quickstart's files as an API upload. Jobs of an uploaded config run
+/// in the worker's directory, so paths are made absolute.
+fn quickstart_upload(dir: &std::path::Path) -> serde_json::Value {
+    let root = dir.display().to_string();
+    let deployed = format!("{root}/deployed");
+    let mut files = serde_json::Map::new();
+    for name in ["application.yaml", "runtimes.yaml", "services.yaml"] {
+        let mut text = std::fs::read_to_string(dir.join(name)).unwrap();
+        if name == "runtimes.yaml" {
+            text = text
+                .replace("./scripts/", &format!("{root}/scripts/"))
+                .replace(
+                    "          SERVICE: \"{{.Params.service}}\"\n",
+                    &format!(
+                        "          SERVICE: \"{{{{.Params.service}}}}\"\n          QUICKSTART_DEPLOY_DIR: {deployed}\n"
+                    ),
+                )
+                .replace(
+                    "migrate.sh, \"{{.Params.service}}\"]\n",
+                    &format!(
+                        "migrate.sh, \"{{{{.Params.service}}}}\"]\n        env:\n          QUICKSTART_DEPLOY_DIR: {deployed}\n"
+                    ),
+                );
+        }
+        files.insert(name.to_owned(), text.into());
+    }
+    serde_json::json!({ "files": files })
+}
+
+/// Calls the API router the `api` function serves.
+async fn call(
+    api: &axum::Router,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        ))
+        .unwrap();
+    let response = api.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quickstart_converges_through_the_api_scheduler_and_worker() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let mut h = Harness::start(&dynamodb, &sqs).await;
+    let dir = quickstart_copy();
+    let api = vergence_lambda::api_router(&h.deployment);
+    // What `vergence token create --dynamodb-table` does.
+    let token = async |scope| {
+        vergence_api::create_token(
+            h.deployment.store.as_ref(),
+            &vergence_model::TokenSubject::Application("shop".parse().unwrap()),
+            &[scope],
+            None,
+            "cli:test",
+            &vergence_model::ports::SystemClock,
+        )
+        .await
+        .unwrap()
+        .1
+    };
+    let admin = token(vergence_model::Scope::Admin).await;
+    let ci = token(vergence_model::Scope::Release).await;
+
+    let (status, body) = call(
+        &api,
+        "POST",
+        "/v1/configs",
+        &admin,
+        Some(quickstart_upload(dir.path())),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(120), async |h, event| {
+        let response = h.deliver(&worker, event).await;
+        assert!(response.batch_item_failures.is_empty());
+    })
+    .await;
+    for channel in ["staging", "prod"] {
+        let api_file =
+            std::fs::read_to_string(dir.path().join(format!("deployed/{channel}/api.txt")));
+        assert!(api_file.unwrap().contains("service=api"));
+    }
+
+    // CI pushes a release with a release-scoped token; it cannot approve.
+    let release = serde_json::json!({"version": "v2", "params": {}});
+    let (status, body) = call(
+        &api,
+        "POST",
+        "/v1/applications/shop/services/web/releases",
+        &ci,
+        Some(release),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = call(
+        &api,
+        "POST",
+        "/v1/applications/shop/services/web/release-channels/prod/approvals",
+        &ci,
+        Some(serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    h.converge(Duration::from_secs(120), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    let web = std::fs::read_to_string(dir.path().join("deployed/prod/web.txt")).unwrap();
+    assert!(web.contains("version=v2"), "{web}");
+    for (key, n) in applies(&h).await {
+        assert_eq!(n, 1, "{key:?} applied {n} times");
+    }
+
+    // Status read back through the API.
+    let (status, body) = call(&api, "GET", "/v1/applications/shop/status", &ci, None).await;
+    assert_eq!(status, 200, "{body}");
+    let instances = body["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 6);
+    assert!(
+        instances.iter().all(|i| i["status"] == "CONVERGED"),
+        "{body}"
+    );
+    assert!(
+        instances
+            .iter()
+            .filter(|i| i["service"] == "web")
+            .all(|i| i["currentVersion"] == "v2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let mut h = Harness::start(&dynamodb, &sqs).await;
+    let dir = quickstart_copy();
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let first = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let second = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let mut rng = fastrand::Rng::with_seed(7);
+    h.converge(Duration::from_secs(180), async |h, event| {
+        let copies = rng.usize(1..=3);
+        if rng.bool() {
+            // Two workers get the same messages at once, as when a
+            // visibility timeout runs out while the first is busy.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            tokio::join!(
+                first.handle(event.clone(), Some(deadline)),
+                second.handle(event.clone(), Some(deadline))
+            );
+        }
+        for _ in 0..copies {
+            h.deliver(&first, event.clone()).await;
+        }
+    })
+    .await;
+    assert!(
+        h.deliveries.values().any(|n| *n > 1),
+        "some messages were delivered more than once"
+    );
+    for channel in ["staging", "prod"] {
+        let log = std::fs::read_to_string(
+            dir.path()
+                .join(format!("deployed/{channel}/migrations.log")),
+        )
+        .unwrap();
+        assert_eq!(
+            log.lines().count(),
+            1,
+            "apply-only ran once in {channel}: {log}"
+        );
+    }
+    let counts = applies(&h).await;
+    assert_eq!(counts.len(), 6, "{counts:?}");
+    for (key, n) in counts {
+        assert_eq!(n, 1, "{key:?} applied {n} times");
+    }
+}
+
+/// Runs jobs with the local runner, except that the worker "dies" at the
+/// first apply: before running it (after recording and claiming it), or
+/// after running it but before recording its result.
+struct DiesAtFirstApply {
+    inner: LocalRunner,
+    artifacts: Arc<dyn ArtifactStore>,
+    died: AtomicBool,
+    ran_before_dying: bool,
+}
+
+#[async_trait]
+impl Runner for DiesAtFirstApply {
+    async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
+        if job.kind == JobKind::Apply && !self.died.swap(true, Ordering::SeqCst) {
+            if self.ran_before_dying {
+                return LocalRunner::inline(Arc::new(Forget), self.artifacts.clone())
+                    .dispatch(job)
+                    .await;
+            }
+            return Ok(None);
+        }
+        self.inner.dispatch(job).await
+    }
+}
+
+struct Forget;
+
+#[async_trait]
+impl JobResultSink for Forget {
+    async fn job_finished(&self, _: &JobRecord, _: JobResult) -> vergence_model::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_running_and_recording_an_apply_converges_without_a_second_apply() {
+    worker_dies_at_first_apply(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_recording_and_running_an_apply_converges_with_one_run() {
+    worker_dies_at_first_apply(false).await;
+}
+
+async fn worker_dies_at_first_apply(ran_before_dying: bool) {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+    let mut h = Harness::start_with_clock(&dynamodb, &sqs, Some(clock)).await;
+    let dir = quickstart_copy();
+    // One exit-code service in one channel: its fetch can tell what ran.
+    std::fs::write(
+        dir.path().join("services.yaml"),
+        "service:\n  name: api\n  runtime: files-exit-code\n  custom:\n    parameterValues:\n      - name: service\n        string: api\n",
+    )
+    .unwrap();
+    let app = std::fs::read_to_string(dir.path().join("application.yaml")).unwrap();
+    let staging_only = app.split("    - name: prod").next().unwrap().to_owned();
+    std::fs::write(dir.path().join("application.yaml"), staging_only).unwrap();
+    // A short apply timeout, so the lost job's deadline comes soon.
+    let runtimes = std::fs::read_to_string(dir.path().join("runtimes.yaml")).unwrap();
+    let marker =
+        "        env:\n          SERVICE: \"{{.Params.service}}\"\n  fetch:\n    mode: exitCode";
+    assert!(runtimes.contains(marker));
+    let runtimes = runtimes.replacen(
+        marker,
+        "        env:\n          SERVICE: \"{{.Params.service}}\"\n    timeout: 10s\n  fetch:\n    mode: exitCode",
+        1,
+    );
+    std::fs::write(dir.path().join("runtimes.yaml"), runtimes).unwrap();
+    // Every run of the deploy script leaves a line.
+    let deploy = dir.path().join("scripts/deploy.sh");
+    let script = std::fs::read_to_string(&deploy).unwrap();
+    std::fs::write(
+        &deploy,
+        format!("{script}echo \"$VERGENCE_JOB_ID\" >> apply-runs.log\n"),
+    )
+    .unwrap();
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+
+    let healthy = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let runner = Arc::new(DiesAtFirstApply {
+        inner: LocalRunner::inline(healthy.completion(), h.deployment.artifacts.clone()),
+        artifacts: h.deployment.artifacts.clone(),
+        died: AtomicBool::new(false),
+        ran_before_dying,
+    });
+    let worker = Worker::with_runner(h.deployment.clone(), WorkerConfig::default(), runner);
+    h.converge(Duration::from_secs(120), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    let instances = h.instances().await;
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].state.status, Status::Converged);
+    // The deploy script ran exactly once either way.
+    let runs = std::fs::read_to_string(dir.path().join("apply-runs.log")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+    let deployed = std::fs::read_to_string(dir.path().join("deployed/staging/api.txt")).unwrap();
+    assert!(deployed.contains("service=api"));
+    let counts = applies(&h).await;
+    let expected = if ran_before_dying { 1 } else { 2 };
+    assert_eq!(
+        counts.values().sum::<usize>(),
+        expected,
+        "ran before dying: a fetch saw the apply and nothing was applied again; \
+         died before running: one more attempt ran it: {counts:?}"
+    );
+}
+
+/// Requests the deployment sent, by `Service.Operation`, as one line a
+/// benchmark script can grep: `BENCH <name> dynamodb=… sqs_sends=… <op>=…`.
+/// SQS sends are requests (SendMessage and SendMessageBatch), which is what
+/// SQS bills, however many messages each carries.
+fn bench(name: &str, counts: &BTreeMap<String, usize>) -> (usize, usize) {
+    let of = |service: &str| -> usize {
+        counts
+            .iter()
+            .filter(|(op, _)| op.starts_with(service))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let dynamodb = of("DynamoDB.");
+    let sqs_sends = of("SQS.SendMessage");
+    let ops: Vec<String> = counts.iter().map(|(op, n)| format!("{op}={n}")).collect();
+    println!(
+        "BENCH {name} dynamodb={dynamodb} sqs_sends={sqs_sends} {}",
+        ops.join(" ")
+    );
+    (dynamodb, sqs_sends)
+}
+
+/// `counts` is exactly `expected`: a change in what a phase costs shows as
+/// a failed test, up or down, and the expectation is updated on purpose.
+fn assert_counts(phase: &str, counts: &BTreeMap<String, usize>, expected: &[(&str, usize)]) {
+    let expected: BTreeMap<String, usize> = expected
+        .iter()
+        .map(|(op, n)| ((*op).to_owned(), *n))
+        .collect();
+    assert_eq!(counts, &expected, "requests of {phase} changed");
+}
+
+/// An apply-only runtime writing the version it applied to `applied` in
+/// each release channel's directory, and the channels it runs in (each
+/// after the one before it is stable).
+fn apply_only_config(dir: &std::path::Path, channels: &[&str]) {
+    let mut application = String::from("application:\n  name: shop\n  releaseChannels:\n");
+    let mut upstream: Option<&str> = None;
+    for channel in channels {
+        application.push_str(&format!(
+            "    - name: {channel}\n      runtimes: [{{runtime: touch}}]\n"
+        ));
+        if let Some(upstream) = upstream {
+            application.push_str(&format!(
+                "      preconditions:\n        - releaseChannelStable: {{releaseChannel: {upstream}}}\n"
+            ));
+        }
+        upstream = Some(channel);
+    }
+    std::fs::write(
+        dir.join("vergence.yaml"),
+        format!(
+            "runtime:\n  name: touch\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > applied-$VERGENCE_RELEASE_CHANNEL']\n---\n{application}---\nservice:\n  name: api\n  runtime: touch\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// What a release of an apply-only service costs, counted at the wire: the
+/// push (API) and the worker's steps from there to CONVERGED in every
+/// channel. The event source mapping's receive and delete, the test's own
+/// status reads and the scheduler (never needed here) are not counted.
+async fn release_costs(channels: &[&str]) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let (dynamodb, sqs) = endpoints().unwrap();
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let mut h = Harness::start_with(&dynamodb, &sqs, None, Some(counter.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    apply_only_config(dir.path(), channels);
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(60), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+
+    counter.reset();
+    h.control()
+        .push_release(
+            None,
+            &"api".parse().unwrap(),
+            &"v2".parse().unwrap(),
+            &BTreeMap::new(),
+            "ci",
+        )
+        .await
+        .unwrap();
+    let push = counter.snapshot();
+    counter.reset();
+    h.deliver_until_idle(&worker).await;
+    let steps = counter.snapshot();
+    for instance in h.instances().await {
+        assert_eq!(instance.state.status, Status::Converged, "{}", instance.key);
+        assert_eq!(instance.state.current_version.unwrap().as_str(), "v2");
+    }
+    for channel in channels {
+        let applied = std::fs::read_to_string(dir.path().join(format!("applied-{channel}")));
+        assert_eq!(applied.unwrap().trim(), "v2");
+    }
+    (push, steps)
+}
+
+/// What one apply-only instance costs from a pushed release to CONVERGED
+/// (reported in docs/serverless.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_apply_only_instance_from_release_to_converged() {
+    if endpoints().is_none() {
+        return;
+    }
+    let (push, steps) = release_costs(&["prod"]).await;
+    bench("serverless_release_push", &push);
+    bench("serverless_release_to_converged", &steps);
+    assert_counts("the release push", &push, PUSH_ONE_CHANNEL);
+    assert_counts("the steps to CONVERGED", &steps, STEPS_ONE_CHANNEL);
+}
+
+/// The same through two channels, prod waiting for staging to be stable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_instance_from_release_through_staging_to_prod() {
+    if endpoints().is_none() {
+        return;
+    }
+    let (push, steps) = release_costs(&["staging", "prod"]).await;
+    let (push_dynamodb, push_sqs) = bench("serverless_release_push_two_channels", &push);
+    let (dynamodb, sqs) = bench("serverless_staging_to_prod", &steps);
+    println!(
+        "BENCH serverless_staging_to_prod_per_instance dynamodb={} sqs_sends={}",
+        (push_dynamodb + dynamodb) as f64 / 2.0,
+        (push_sqs + sqs) as f64 / 2.0
+    );
+    assert_counts("the release push", &push, PUSH_TWO_CHANNELS);
+    assert_counts("the steps to CONVERGED", &steps, STEPS_TWO_CHANNELS);
+}
+
+/// Pushing a release (API): the release, the service's latest pointer, the
+/// instance's new desired state with its event, and a message to step it.
+const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
+    ("DynamoDB.BatchWriteItem", 1),
+    ("DynamoDB.GetItem", 4),
+    ("DynamoDB.PutItem", 1),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("DynamoDB.UpdateItem", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+/// One step: read the instance, commit the apply job, claim it, run it
+/// inline, commit CONVERGED with its result. No deadline check is sent
+/// for the apply, which ended in the step.
+const STEPS_ONE_CHANNEL: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 1),
+    ("DynamoDB.TransactWriteItems", 2),
+    ("DynamoDB.UpdateItem", 1),
+];
+const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
+    ("DynamoDB.BatchWriteItem", 1),
+    ("DynamoDB.GetItem", 5),
+    ("DynamoDB.PutItem", 2),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("DynamoDB.UpdateItem", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+/// Each channel as above, plus a step of prod from the push, in which it
+/// records that it waits for staging, the reads of staging behind prod's
+/// precondition, and staging's wake of prod.
+const STEPS_TWO_CHANNELS: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 6),
+    ("DynamoDB.TransactWriteItems", 5),
+    ("DynamoDB.UpdateItem", 2),
+    ("SQS.SendMessageBatch", 1),
+];
+/// One query per due-index shard, one message for the due instance.
+const SCHEDULER_ONE_DUE: &[(&str, usize)] = &[("DynamoDB.Query", 8), ("SQS.SendMessageBatch", 1)];
+/// Read the instance, commit the fetch job, claim it, run it inline,
+/// store the observation with its result (no event: nothing changed), and
+/// send the next poll's message.
+const ONE_STEADY_STATE_POLL: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 1),
+    ("DynamoDB.TransactWriteItems", 2),
+    ("DynamoDB.UpdateItem", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+
+/// A converged instance of a runtime with an exit-code fetch (which finds
+/// nothing to do) polled every 5 minutes, on a manual clock; the queue's
+/// delayed messages stay out of the way (moto delays them in real time), so
+/// each poll is the scheduler's message and what its steps enqueue.
+async fn steadily_polled(
+    counter: &vergence_e2e::wire::RequestCounter,
+) -> (Harness, Worker, tempfile::TempDir) {
+    let (dynamodb, sqs) = endpoints().unwrap();
+    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+    let mut h = Harness::start_with(&dynamodb, &sqs, Some(clock), Some(counter.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vergence.yaml"),
+        "runtime:\n  name: checked\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo applied > applied']\n  fetch:\n    mode: exitCode\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'exit 0']\n    pollInterval: 2s\n    steadyStatePollInterval: 5m\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: checked}]\n---\nservice:\n  name: api\n  runtime: checked\n",
+    )
+    .unwrap();
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(60), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+    (h, worker, dir)
+}
+
+/// Makes the next poll due and runs it: the scheduler's request counted
+/// apart from the worker's. Returns (scheduler, worker) requests.
+async fn poll_once(
+    h: &mut Harness,
+    worker: &Worker,
+    counter: &vergence_e2e::wire::RequestCounter,
+) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    h.manual
+        .as_ref()
+        .unwrap()
+        .advance(jiff::SignedDuration::from_secs(5 * 60 + 1));
+    counter.reset();
+    assert_eq!(h.schedule().await, 1, "the poll is due");
+    let scheduler = counter.snapshot();
+    counter.reset();
+    assert!(h.deliver_until_idle(worker).await >= 1);
+    let steps = counter.snapshot();
+    let instances = h.instances().await;
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].state.status, Status::Converged);
+    assert!(instances[0].state.in_flight.is_none(), "the fetch ended");
+    (scheduler, steps)
+}
+
+/// What one steady-state poll of a converged instance costs: a fetch that
+/// finds nothing to do, run inline by the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_steady_state_poll_with_a_fetch() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) = steadily_polled(&counter).await;
+    // The first poll after converging is a poll like any other, but one
+    // more makes sure nothing of the convergence is left in it.
+    poll_once(&mut h, &worker, &counter).await;
+    let (scheduler, steps) = poll_once(&mut h, &worker, &counter).await;
+    bench("serverless_scheduler_one_due", &scheduler);
+    bench("serverless_poll", &steps);
+    assert_counts("the scheduler", &scheduler, SCHEDULER_ONE_DUE);
+    assert_counts("a steady-state poll", &steps, ONE_STEADY_STATE_POLL);
+}
+
+/// Every poll records a fetch job. Ended jobs must not pile up: each job
+/// item is given a TTL when it ends (DynamoDB deletes it one event
+/// retention later), and none is left without one once its poll is over,
+/// so the table holds at most a retention's worth of polls per instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_items_of_steady_state_polls_all_expire() {
+    if endpoints().is_none() {
+        return;
+    }
+    const POLLS: usize = 20;
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) = steadily_polled(&counter).await;
+    let before = h.job_items().await.len();
+    for _ in 0..POLLS {
+        poll_once(&mut h, &worker, &counter).await;
+    }
+    let items = h.job_items().await;
+    let ttl = vergence_aws::dynamo::table::TTL;
+    // Jobs' TTLs are set from the machine's clock, not the manual one.
+    let latest =
+        jiff::Timestamp::now().as_second() + vergence_aws::DEFAULT_EVENT_RETENTION.as_secs() + 60;
+    let without_ttl = items
+        .iter()
+        .filter(|item| {
+            let Some(aws_sdk_dynamodb::types::AttributeValue::N(at)) = item.get(ttl) else {
+                return true;
+            };
+            assert!(
+                at.parse::<i64>().unwrap() <= latest,
+                "expires too late: {at}"
+            );
+            false
+        })
+        .count();
+    println!(
+        "BENCH serverless_job_rows polls={POLLS} job_items={} new_job_items={} without_ttl={without_ttl}",
+        items.len(),
+        items.len() - before
+    );
+    assert_eq!(items.len() - before, POLLS, "one fetch job per poll");
+    assert_eq!(without_ttl, 0, "every ended job expires");
+}

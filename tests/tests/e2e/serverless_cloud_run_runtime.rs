@@ -1,0 +1,200 @@
+//! The first-class Cloud Run runtime in the serverless deployment, against
+//! DynamoDB Local, moto's SQS and the fake Cloud Run Admin API with the
+//! real clients: the worker creates and updates the Cloud Run service
+//! itself, and the engine's own rules do the rest — a release converges
+//! once its revision is ready, a revision deployed by hand is drift the
+//! engine heals, and a release whose revision fails to start fails its
+//! attempts and is rolled back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use google_cloud_auth::credentials::anonymous;
+use jiff::Timestamp;
+use serde_json::json;
+use vergence_e2e::{Harness, endpoints};
+use vergence_fake_cloud_run::FakeCloudRun;
+use vergence_lambda::worker::{Worker, WorkerConfig};
+use vergence_model::ports::ManualClock;
+use vergence_model::{EventKind, InstanceRecord, Status};
+use vergence_runner_cloud_run::CloudRunClients;
+
+const SERVICE: &str = "projects/shop-prod/locations/europe-west1/services/web-prod";
+
+fn write_config(dir: &std::path::Path) {
+    let files = [
+        (
+            "application.yaml",
+            "application:\n  name: shop\n  releaseChannels:\n    - {name: prod, runtimes: [{runtime: run}]}\n",
+        ),
+        (
+            "runtime.yaml",
+            "runtime:\n  name: run\n  cloudRun: {project: shop-prod, region: europe-west1, pollInterval: 20s, steadyStatePollInterval: 1m}\n  convergenceGracePeriod: 1m\n",
+        ),
+        (
+            "web.yaml",
+            "service:\n  name: web\n  cloudRun: {service: run/web.yaml}\n  parameters: [{name: image, dockerImage: {}, required: true}]\n",
+        ),
+        (
+            "run/web.yaml",
+            "name: web-{{.Builtins.ReleaseChannel.Name}}\ntemplate:\n  containers:\n    - image: \"{{.Params.image}}\"\n",
+        ),
+    ];
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    for (file, content) in files {
+        std::fs::write(dir.join(file), content).unwrap();
+    }
+}
+
+struct Bed {
+    h: Harness,
+    worker: Worker,
+    fake: FakeCloudRun,
+    clock: Arc<ManualClock>,
+}
+
+impl Bed {
+    async fn release(&self, version: &str) {
+        let params = BTreeMap::from([(
+            "image".to_owned(),
+            format!("europe-docker.pkg.dev/shop/web:{version}"),
+        )]);
+        self.h
+            .control()
+            .push_release(
+                None,
+                &"web".parse().unwrap(),
+                &version.parse().unwrap(),
+                &params,
+                "ci",
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn step(&mut self) {
+        let event = self.h.receive(Duration::from_secs(1)).await;
+        if event.records.is_empty() {
+            self.clock.advance(jiff::SignedDuration::from_secs(20));
+            self.h.schedule().await;
+        } else {
+            self.h.deliver(&self.worker, event).await;
+        }
+    }
+
+    async fn run_until(&mut self, what: &str, done: impl Fn(&InstanceRecord) -> bool) {
+        let start = Instant::now();
+        loop {
+            let record = self.h.instances().await.remove(0);
+            if done(&record) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(300),
+                "{what}: still {} ({})",
+                record.state.status,
+                record.state.reason
+            );
+            self.step().await;
+        }
+    }
+
+    async fn converged_on(&mut self, version: &str) {
+        let version = version.to_owned();
+        self.run_until(&format!("converged on {version}"), |r| {
+            r.state.status == Status::Converged
+                && r.state.current_version.as_ref().map(ToString::to_string)
+                    == Some(version.clone())
+        })
+        .await;
+    }
+
+    fn image(&self) -> String {
+        self.fake.service(SERVICE).unwrap()["template"]["containers"][0]["image"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_rolls_out_heals_drift_and_rolls_back_a_revision_that_fails() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let fake = FakeCloudRun::start().await.unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp::now()));
+    let mut h = Harness::start_with_clock(&dynamodb, &sqs, Some(clock.clone())).await;
+    let clients = CloudRunClients::at_endpoint(fake.url(), anonymous::Builder::new().build())
+        .await
+        .unwrap();
+    h.deployment = h.deployment.clone().with_cloud_run(clients);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path());
+    h.control()
+        .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
+        .await
+        .unwrap();
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    let mut bed = Bed {
+        h,
+        worker,
+        fake,
+        clock,
+    };
+
+    bed.release("v1").await;
+    bed.converged_on("v1").await;
+    bed.release("v2").await;
+    bed.converged_on("v2").await;
+    assert_eq!(bed.image(), "europe-docker.pkg.dev/shop/web:v2");
+
+    // Someone deploys another image by hand: a new revision, not Vergence's.
+    bed.fake
+        .edit_service_out_of_band(SERVICE, |spec| {
+            spec["template"]["containers"][0]["image"] =
+                json!("europe-docker.pkg.dev/shop/web:hotfix");
+            if let Some(template) = spec["template"].as_object_mut() {
+                template.remove("revision");
+            }
+        })
+        .unwrap();
+    let start = Instant::now();
+    while bed.image() != "europe-docker.pkg.dev/shop/web:v2" {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "drift was not healed"
+        );
+        bed.step().await;
+    }
+    let events = bed.h.events().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::DriftDetected { .. })
+                && e.message.contains("not made by Vergence")),
+        "{:#?}",
+        events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
+    bed.converged_on("v2").await;
+
+    // v3's revision fails to start: the attempts fail, then the instance
+    // rolls back to v2.
+    bed.fake.fail_next_revision(
+        SERVICE,
+        "The user-provided container failed to start and listen on the port",
+    );
+    bed.release("v3").await;
+    bed.run_until("rolled back", |r| r.state.status == Status::RolledBack)
+        .await;
+    let events = bed.h.events().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::RolledBack { .. })),
+        "{:#?}",
+        events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
+    assert_eq!(bed.image(), "europe-docker.pkg.dev/shop/web:v2");
+}
