@@ -52,11 +52,11 @@ pub fn event_file(name: &str) -> PathBuf {
 /// The ECS testbed of `vergence_runner_ecs::testing` in the moto at
 /// `url`, with jobs' files in a fresh bucket through the S3 artifact store.
 pub async fn ecs_testbed(url: &str) -> vergence_runner_ecs::testing::Moto {
-    let (s3, bucket) = vergence_aws::testing::fresh_bucket(url).await;
+    let (s3, bucket) = fresh_bucket(url).await;
     let artifacts = Arc::new(vergence_aws::S3ArtifactStore::new(s3, bucket, "artifacts/"));
     vergence_runner_ecs::testing::Moto::new(
         url,
-        vergence_aws::testing::sdk_config(url).await,
+        sdk_config(url).await,
         artifacts,
     )
     .await

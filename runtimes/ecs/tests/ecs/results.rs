@@ -3,7 +3,7 @@
 //! awslogs stream or from the wrapper, files handed from one job to the
 //! next, stopping, and tasks ECS no longer knows.
 
-use crate::common::{JobOn, Moto, StoppedAs, act_as_wrapper, dispatch, dispatched, finished};
+use crate::common::{JobOn, StoppedAs, act_as_wrapper, dispatch, dispatched, finished};
 use vergence_engine::fetch::interpret;
 use vergence_model::ports::{JobProgress, Runner};
 use vergence_model::{Artifact, FetchMode, FetchVerdict, JobHandle, JobKind, JobOutcome};

@@ -14,7 +14,7 @@ use vergence_model::{
 use vergence_aws::S3ArtifactStore;
 use vergence_aws::testing::{SQS_URL, endpoint, fresh_bucket, sdk_config};
 use vergence_runner_ecs::EcsRunner;
-pub use vergence_runner_ecs::testing::{EXECUTION_ROLE, Injector, Moto, StoppedAs, TASK_ROLE};
+pub use vergence_runner_ecs::testing::{EXECUTION_ROLE, Moto, StoppedAs, TASK_ROLE};
 
 /// The moto testbed in us-east-1; `None` (the test skips) without moto.
 pub async fn moto() -> Option<Moto> {
