@@ -26,7 +26,7 @@ pub struct ApplyReport {
     pub updated: Vec<InstanceKey>,
     pub removed: Vec<InstanceKey>,
     pub unchanged: usize,
-    /// The parts whose content changed ([`ConfigPart::key`]).
+    /// The parts whose content changed ([`ConfigPart::key`](vergence_model::ConfigPart::key)).
     #[serde(default)]
     pub changed_parts: Vec<String>,
 }
