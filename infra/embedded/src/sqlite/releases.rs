@@ -1,0 +1,98 @@
+//! Releases: immutable versions per service, listed in the order they were
+//! last pushed.
+
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, params};
+
+use vergence_model::ports::ReleaseStore;
+use vergence_model::{ApplicationName, Release, ServiceName};
+
+use super::{Result, SqliteStore, conflict, from_json, to_json};
+use crate::error::EmbeddedError;
+
+#[async_trait]
+impl ReleaseStore for SqliteStore {
+    #[tracing::instrument(name = "sqlite.put_release", level = "debug", skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
+    async fn put_release(&self, release: &Release) -> Result<()> {
+        self.write("put_release", |tx| {
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT body FROM releases WHERE application = ?1 AND service = ?2 AND version = ?3",
+                    params![release.application.as_str(), release.service.as_str(), release.version.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            let next_seq: i64 = tx
+                .query_row("SELECT COALESCE(MAX(pushed_seq), 0) + 1 FROM releases", [], |r| r.get(0))
+                .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            match existing {
+                Some(body) => {
+                    let stored: Release = from_json("put_release", &body)?;
+                    if stored.params != release.params {
+                        return Err(conflict(format!(
+                            "release {} of {} (it exists with other parameters; versions are immutable)",
+                            release.version, release.service
+                        )));
+                    }
+                    tx.execute(
+                        "UPDATE releases SET pushed_seq = ?4 WHERE application = ?1 AND service = ?2 AND version = ?3",
+                        params![release.application.as_str(), release.service.as_str(), release.version.as_str(), next_seq],
+                    )
+                }
+                None => tx.execute(
+                    "INSERT INTO releases (application, service, version, pushed_seq, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        release.application.as_str(),
+                        release.service.as_str(),
+                        release.version.as_str(),
+                        next_seq,
+                        to_json("put_release", release)?
+                    ],
+                ),
+            }
+            .map_err(|e| EmbeddedError::sql("put_release", e))?;
+            Ok(())
+        })
+    }
+
+    #[tracing::instrument(name = "sqlite.latest_release", level = "debug", skip_all, fields(application = %application, service = %service))]
+    async fn latest_release(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+    ) -> Result<Option<Release>> {
+        Ok(self
+            .list_releases(application, service, 1)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    #[tracing::instrument(name = "sqlite.list_releases", level = "debug", skip_all, fields(application = %application, service = %service))]
+    async fn list_releases(
+        &self,
+        application: &ApplicationName,
+        service: &ServiceName,
+        limit: usize,
+    ) -> Result<Vec<Release>> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT body FROM releases WHERE application = ?1 AND service = ?2 ORDER BY pushed_seq DESC LIMIT ?3",
+            )
+            .map_err(|e| EmbeddedError::sql("list_releases", e))?;
+        let rows = stmt
+            .query_map(
+                params![application.as_str(), service.as_str(), limit as i64],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| EmbeddedError::sql("list_releases", e))?;
+        let mut releases = Vec::new();
+        for row in rows {
+            let body = row.map_err(|e| EmbeddedError::sql("list_releases", e))?;
+            releases.push(from_json("list_releases", &body)?);
+        }
+        Ok(releases)
+    }
+}
