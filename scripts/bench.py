@@ -9,7 +9,7 @@ measured now and printed next to its target.
 Ratios are measured side by side in one run (A B A B ...) and the median
 of the pairwise ratios is quoted, so a machine that speeds up or slows down
 during the run does not skew them. Request counts and job rows come from
-tests that also assert them (tests/tests/serverless.rs), which print a
+tests that also assert them (tests/tests/e2e/serverless.rs), which print a
 `BENCH name key=value ...` line read here.
 
 Only the standard library: it runs on a fresh machine with python3.
@@ -319,13 +319,13 @@ def serverless_counts(ctx: "Context") -> list[Row]:
         "-p",
         "vergence-e2e",
         "--test",
-        "serverless",
+        "e2e",
         "--",
         "--nocapture",
         "--test-threads",
         "1",
-        "requests_per",
-        "job_items",
+        "serverless::requests_per",
+        "serverless::job_items",
     ]
     say("$ " + " ".join(args))
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)

@@ -3,6 +3,7 @@
 # TESTING.md): DynamoDB Local and moto (SQS). Installs them under .tools/ the
 # first time, starts them on loopback ports, and stops what it started.
 #
+#   scripts/services.sh install  install what is missing (and nothing else)
 #   scripts/services.sh start    install if needed, start, wait until they
 #                                answer, write .tools/services.env
 #   scripts/services.sh stop     stop what `start` started
@@ -232,12 +233,19 @@ status() {
   done
 }
 
+install() {
+  mkdir -p "$RUN"
+  install_dynamodb
+  install_moto
+}
+
 case "${1:-}" in
+  install) install ;;
   start) start ;;
   stop) stop ;;
   status) status ;;
   *)
-    echo "usage: $0 start|stop|status" >&2
+    echo "usage: $0 install|start|stop|status" >&2
     exit 2
     ;;
 esac

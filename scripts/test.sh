@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what the tests need (skipping what
-# is there), starts DynamoDB Local and moto, lints the SAM template, runs
-# every test, and stops what it started. Safe to rerun.
+# is there), builds the workspace once, starts DynamoDB Local and moto, lints
+# the SAM template, runs every test, and stops what it started. Safe to
+# rerun.
+#
+# The installs only wait on the network: they run in the background while
+# cargo compiles (their output is in .tools/logs/ and shown if one fails).
+# With VERGENCE_LINT=1 (what .ci/run sets) the one build is also clippy's:
+# clippy-driver compiles the workspace's own crates with warnings denied,
+# so the lints cost no second build of the dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,51 +17,102 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# Python tools in their own virtualenv: cfn-lint (SAM template),
-# cargo-lambda (runs the Lambda binaries locally for the smoke test) and
-# schemathesis (the served API against docs/openapi.json).
 TOOLS="$PWD/.tools"
-if [ ! -x "$TOOLS/py/bin/cfn-lint" ] || [ ! -x "$TOOLS/py/bin/cargo-lambda" ] \
-  || [ ! -x "$TOOLS/py/bin/schemathesis" ]; then
+LOGS="$TOOLS/logs"
+mkdir -p "$LOGS"
+started=$(date +%s)
+step() { echo "== $* ($(($(date +%s) - started)) s)"; }
+
+# Python tools in their own virtualenv: cfn-lint and aws-sam-translator (the
+# SAM template, and its expansion for the deployed-stack tests) and
+# schemathesis (the served API against docs/openapi.json).
+install_python_tools() {
+  if [ -x "$TOOLS/py/bin/cfn-lint" ] && [ -x "$TOOLS/py/bin/schemathesis" ]; then
+    return
+  fi
   python3 -m venv "$TOOLS/py"
-  "$TOOLS/py/bin/pip" install --quiet 'cfn-lint==1.58.0' 'cargo-lambda==1.9.2' \
-    'schemathesis==4.32.5'
+  "$TOOLS/py/bin/pip" install --quiet --disable-pip-version-check \
+    'cfn-lint==1.58.0' 'schemathesis==4.32.5'
+}
+
+# The status page's browser test (cli/tests/cli/browser.rs): Debian's
+# chromium, driven headless by playwright-core from npm, which uses that
+# chromium (it downloads no browser of its own). Then the stand-ins
+# (scripts/services.sh), one apt-get after the other.
+PLAYWRIGHT_CORE_VERSION=1.65.1
+install_browser_and_services() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq chromium
+  fi
+  if ! command -v node >/dev/null 2>&1; then
+    apt-get update -qq
+    apt-get install -y -qq nodejs npm
+  fi
+  if [ "$(node -p "try { require('$TOOLS/node/node_modules/playwright-core/package.json').version } catch (e) { '' }")" \
+    != "$PLAYWRIGHT_CORE_VERSION" ]; then
+    npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" "playwright-core@$PLAYWRIGHT_CORE_VERSION"
+  fi
+  scripts/services.sh install
+}
+
+declare -A installing=()
+in_background() {
+  local name="$1"
+  shift
+  (set -euo pipefail; "$@") >"$LOGS/install-$name.log" 2>&1 &
+  installing[$name]=$!
+}
+wait_for_installs() {
+  local name
+  for name in "${!installing[@]}"; do
+    if ! wait "${installing[$name]}"; then
+      echo "error: installing $name failed:" >&2
+      cat "$LOGS/install-$name.log" >&2
+      exit 1
+    fi
+  done
+}
+in_background python-tools install_python_tools
+in_background browser-and-services install_browser_and_services
+
+if [ "${VERGENCE_LINT:-0}" = 1 ]; then
+  export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
+  # cargo clippy's own way of handing clippy-driver its arguments: `-D warnings`.
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 fi
+
+# Every target of every crate, once: the tests run the binaries of other
+# crates (the Lambda functions, vergence-agent) from target/debug, and the
+# benchmarks below use this same build.
+step "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets --locked
+
+step "waiting for the installs"
+wait_for_installs
 export PATH="$TOOLS/py/bin:$PATH"
 
-# The status page's browser test (cli/tests/browser.rs): Debian's chromium,
-# driven headless by playwright-core from npm, which uses that chromium
-# (it downloads no browser of its own).
-PLAYWRIGHT_CORE_VERSION=1.65.1
-if ! command -v chromium >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq chromium
-fi
-if ! command -v node >/dev/null 2>&1; then
-  apt-get update -qq
-  apt-get install -y -qq nodejs npm
-fi
-if [ "$(node -p "try { require('$TOOLS/node/node_modules/playwright-core/package.json').version } catch (e) { '' }")" \
-  != "$PLAYWRIGHT_CORE_VERSION" ]; then
-  npm install --silent --no-audit --no-fund --prefix "$TOOLS/node" "playwright-core@$PLAYWRIGHT_CORE_VERSION"
-fi
-
-echo "== cfn-lint template.yaml"
+step "cfn-lint template.yaml"
 cfn-lint template.yaml
 
-scripts/fuzz.sh # short seeded run: config YAML, templates, fetch output (fuzz/)
+# A short seeded run: config YAML, templates, fetch output (fuzz/). Its own
+# workspace and build, without the lint wrapper.
+step "fuzz"
+env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/fuzz.sh
 
+step "starting the stand-ins"
 scripts/services.sh start
 trap 'scripts/services.sh stop' EXIT
 # shellcheck disable=SC1091
 . .tools/services.env
 export VERGENCE_REQUIRE_SERVICES=1
 
-echo "== cargo test --workspace"
+step "cargo test --workspace"
 cargo test --workspace --locked "$@"
 
 # Every benchmark row once, on small inputs with the debug builds above, so
 # a benchmark that no longer runs fails here; the numbers themselves come
 # from the full run (scripts/bench.py, docs/performance.md).
-echo "== benchmarks, smoke mode"
+step "benchmarks, smoke mode"
 python3 scripts/bench.py --smoke
+step "done"

@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod faults;
+pub mod lambda;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,12 +55,7 @@ pub fn event_file(name: &str) -> PathBuf {
 pub async fn ecs_testbed(url: &str) -> vergence_runner_ecs::testing::Moto {
     let (s3, bucket) = fresh_bucket(url).await;
     let artifacts = Arc::new(vergence_aws::S3ArtifactStore::new(s3, bucket, "artifacts/"));
-    vergence_runner_ecs::testing::Moto::new(
-        url,
-        sdk_config(url).await,
-        artifacts,
-    )
-    .await
+    vergence_runner_ecs::testing::Moto::new(url, sdk_config(url).await, artifacts).await
 }
 
 /// A copy of examples/quickstart without state or deployed files.

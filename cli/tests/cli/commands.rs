@@ -352,7 +352,7 @@ fn schema_prints_the_published_schema_and_what_it_rejects_validate_rejects() {
     );
 
     // A misspelt key and a wrong enum value: the schema refuses both (see
-    // shared/compiler/tests/schema.rs), and so does `validate`, naming them.
+    // shared/compiler/tests/compiler/schema.rs), and so does `validate`, naming them.
     project.replace("runtimes.yaml", "pollInterval:", "pollIntervall:");
     project.replace("runtimes.yaml", "mode: structured", "mode: structural");
     let run = project.vergence(&["validate"]);

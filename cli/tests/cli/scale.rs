@@ -3,7 +3,7 @@
 //! in a debug build, so it runs by default; see the time with
 //!
 //! ```sh
-//! cargo test -p vergence-cli --test scale -- --nocapture
+//! cargo test -p vergence-cli --test cli scale:: -- --nocapture
 //! ```
 
 use std::fmt::Write as _;
