@@ -153,10 +153,14 @@ pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
         Ok(output) => output,
         Err(e) => {
             let shown: String = stdout.trim().chars().take(120).collect();
+            // The parser's message quotes what it could not read (a whole
+            // string value, escaped): clipped like the quote of stdout, so
+            // the summary stays a sentence however odd the output.
+            let why = vergence_model::text::clip(e.to_string(), 200);
             return (
                 FetchVerdict::Error,
                 format!(
-                    "fetch printed malformed output ({e}); expected {{\"objects\":[{{\"name\",\"versions\":[{{\"version\",\"active\"}}],\"status\"}}]}}, got {shown:?}"
+                    "fetch printed malformed output ({why}); expected {{\"objects\":[{{\"name\",\"versions\":[{{\"version\",\"active\"}}],\"status\"}}]}}, got {shown:?}"
                 ),
             );
         }
@@ -291,6 +295,22 @@ mod tests {
         );
         let two = r#"{"objects":[{"name":"a","versions":[{"version":"v","active":true},{"version":"u","active":true}],"status":"SUCCEEDED"}]}"#;
         assert!(structured(two, "v").1.contains("2 active versions"));
+    }
+
+    #[test]
+    fn malformed_output_is_summarised_within_a_constant_factor_of_its_size() {
+        // Found by the structured_fetch fuzz target: a string of DEL
+        // characters is quoted escaped (six characters each) both by the
+        // parser's message and by the quote of stdout.
+        let stdout = format!("\"objec{}tType\"", "\u{7f}".repeat(114));
+        let (verdict, summary) = structured(&stdout, "svc-1");
+        assert_eq!(verdict, FetchVerdict::Error);
+        assert!(
+            summary.chars().count() <= 8 * stdout.len() + 512,
+            "{} characters of summary from {} bytes: {summary}",
+            summary.chars().count(),
+            stdout.len()
+        );
     }
 
     #[test]
