@@ -16,6 +16,7 @@
 mod alertmanager;
 mod auth;
 mod error;
+mod explain;
 mod routes;
 mod tokens;
 pub mod wire;
@@ -30,6 +31,7 @@ pub use auth::{MAX_WEBHOOK_SKEW_SECONDS, SIGNATURE_HEADER, TIMESTAMP_HEADER, sig
 /// The router type, so wiring crates need no direct axum dependency.
 pub use axum::Router;
 pub use error::ApiError;
+pub use explain::explain_instance;
 pub use routes::{CONTENT_SECURITY_POLICY, UI_PATH, endpoints, router};
 pub use tokens::{create_token, secret_sha256};
 

@@ -63,14 +63,7 @@ pub(super) async fn push(
             .prepare_push(&bundle, application.as_ref(), None)
             .await?;
         authorize_push(&caller, &prepared)?;
-        let model = prepared.model();
-        return Ok(Json(ValidationReport {
-            hash: model.hash().to_owned(),
-            applications: model.applications(),
-            runtimes: model.runtime_count(),
-            instances: model.instance_keys().len(),
-        })
-        .into_response());
+        return Ok(Json(ValidationReport::of(prepared.model().as_ref())).into_response());
     }
     let report = api
         .control

@@ -88,7 +88,8 @@ pub(super) async fn detail(
     let (_, key) = instance_of_path(&api, &headers, path).await?;
     let record = record_of(&api, &key).await?;
     // The same lines `vergence explain` prints, from the same code.
-    let explain = api.control.explain(&key).await?;
+    let explain =
+        crate::explain_instance(&api.control, api.store.as_ref(), api.clock.now(), &key).await?;
     Ok(Json(InstanceDetail {
         instance: InstanceView::of(&record),
         explain,

@@ -2,12 +2,24 @@
 //! CLI's remote mode) read them. One definition per shape, so `vergence
 //! status --output json` locally and `GET …/status` remotely cannot drift
 //! apart. Field names are camelCase; `docs/openapi.json` describes them.
+//!
+//! The views are made by one function each (`InstanceView::of`, …), which
+//! the CLI calls on its local state too: one printer serves both.
+
+mod progress;
+mod tokens;
+
+pub use progress::{
+    InstanceProgress, PlanActionName, PlanEntryView, PlanResponse, RolloutResponse, Standing,
+};
+pub use tokens::TokenView;
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use vergence_model::ConfigError;
+use vergence_model::ports::CompiledConfig;
 use vergence_model::{
     AgentName, AgentState, ApplicationName, Event, InfoOutput, InstanceKey, InstanceRecord,
     PlanRecord, ReleaseChannelName, ServiceName, Status, Version,
@@ -69,6 +81,19 @@ impl PlanView {
 
 impl InstanceView {
     pub fn of(record: &InstanceRecord) -> Self {
+        // The plan of what the instance is headed for: its desired version,
+        // or the one a rollback goes back to. A plan of another version (the
+        // desired version moved on before the apply) is no plan of its next
+        // apply.
+        let headed_for = match &record.state.rollback {
+            Some(rollback) => Some(&rollback.to.version),
+            None => record.desired.version(),
+        };
+        let plan = record
+            .state
+            .plan
+            .as_ref()
+            .filter(|plan| Some(&plan.version) == headed_for);
         Self {
             application: record.key.application.clone(),
             service: record.key.service.clone(),
@@ -78,7 +103,7 @@ impl InstanceView {
             status: record.state.status,
             reason: record.state.reason.clone(),
             info: record.state.info.clone(),
-            plan: record.state.plan.as_ref().map(PlanView::of),
+            plan: plan.map(PlanView::of),
         }
     }
 }
@@ -149,6 +174,17 @@ pub struct ValidationReport {
     pub applications: Vec<ApplicationName>,
     pub runtimes: usize,
     pub instances: usize,
+}
+
+impl ValidationReport {
+    pub fn of(model: &dyn CompiledConfig) -> Self {
+        Self {
+            hash: model.hash().to_owned(),
+            applications: model.applications(),
+            runtimes: model.runtime_count(),
+            instances: model.instance_keys().len(),
+        }
+    }
 }
 
 /// `POST /v1/applications/{app}/services/{service}/releases`.
