@@ -2,19 +2,17 @@
 //! command and turns errors into one clear line and a non-zero exit.
 
 mod args;
+mod backend;
 mod commands;
-mod configs;
 mod lint;
 mod output;
 mod progress;
-mod remote;
 mod runners;
 mod shutdown;
 
 use std::process::ExitCode;
 
-use args::{Cli, Command};
-use vergence_engine::control::PauseAction;
+use args::Cli;
 
 /// Exit code for a command line that does not parse.
 const USAGE_ERROR: u8 = 64;
@@ -49,33 +47,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let global = &cli.global;
-    let result = runtime.block_on(async {
-        if global.endpoint.is_some() {
-            return remote::run(global, &cli.command).await;
-        }
-        match &cli.command {
-            Command::Validate => commands::validate(global),
-            Command::Schema => commands::schema(),
-            Command::Up(args) => commands::up(global, args).await,
-            Command::Status(args) => commands::status(global, args).await,
-            Command::Release(args) => commands::release(global, args).await,
-            Command::Approve(args) => commands::approve(global, args).await,
-            Command::Events(args) => commands::events(global, args).await,
-            Command::Plan => commands::plan(global).await,
-            Command::Alert(cmd) => commands::alert(global, cmd).await,
-            Command::Pause(args) => commands::pause(global, args, PauseAction::Pause).await,
-            Command::Resume(args) => commands::pause(global, args, PauseAction::Resume).await,
-            Command::Pin(args) => commands::pin(global, args).await,
-            Command::Unpin(args) => commands::unpin(global, args).await,
-            Command::Rollback(args) => commands::rollback(global, args).await,
-            Command::Explain(args) => commands::explain(global, args).await,
-            Command::Serve(args) => commands::serve(global, args).await,
-            Command::Token(cmd) => commands::token(global, cmd).await,
-            Command::Configs(cmd) => commands::configs(global, cmd).await,
-            Command::Completions(args) => commands::completions(args),
-        }
-    });
+    let result = runtime.block_on(commands::run(&cli.global, &cli.command));
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) if closed_stdout(&e) => ExitCode::SUCCESS,

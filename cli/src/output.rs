@@ -1,11 +1,14 @@
 //! How the CLI shows things: aligned tables for people, JSON for scripts.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
-use vergence_api::wire::{AgentView, InstanceView, StatusResponse};
-use vergence_engine::control::{PlanAction, PlanEntry};
-use vergence_model::{Event, EventKind, InstanceRecord};
+use vergence_api::wire::{
+    AgentView, AlertView, EventsResponse, InstanceView, PlanActionName, PlanEntryView,
+    StatusResponse, TokenView,
+};
+use vergence_model::{Event, EventKind, InstanceKey, Scope};
+
+use crate::backend::PlanTexts;
 
 /// Writes rows as columns separated by two spaces; the last column is not padded.
 pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
@@ -34,12 +37,6 @@ pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std
         line(out, row.iter().map(String::as_str).collect())?;
     }
     Ok(())
-}
-
-/// Status as a table, one instance a row.
-pub fn status_table(out: &mut impl Write, records: &[InstanceRecord]) -> std::io::Result<()> {
-    let views: Vec<InstanceView> = records.iter().map(InstanceView::of).collect();
-    views_table(out, &views)
 }
 
 /// Status as a table, from instance views (local records or the API's answer).
@@ -73,21 +70,6 @@ pub fn views_table(out: &mut impl Write, views: &[InstanceView]) -> std::io::Res
     )
 }
 
-/// `vergence status --output json`: the same shape as the API's status answer.
-pub fn status_json(
-    out: &mut impl Write,
-    records: &[InstanceRecord],
-    agents: Vec<AgentView>,
-) -> std::io::Result<()> {
-    views_json(
-        out,
-        StatusResponse {
-            instances: records.iter().map(InstanceView::of).collect(),
-            agents,
-        },
-    )
-}
-
 /// The agents' last contact, under the instances (nothing without agents).
 pub fn agents_table(out: &mut impl Write, agents: &[AgentView]) -> std::io::Result<()> {
     if agents.is_empty() {
@@ -113,8 +95,17 @@ pub fn agents_table(out: &mut impl Write, agents: &[AgentView]) -> std::io::Resu
     )
 }
 
-pub fn views_json(out: &mut impl Write, status: StatusResponse) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, &status)?;
+/// `vergence status --output json`: the API's status answer, as it is.
+pub fn views_json(out: &mut impl Write, status: &StatusResponse) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, status)?;
+    writeln!(out)
+}
+
+/// `vergence events --output json`: `{"events": [...]}`, each event's
+/// fields in name order (a contract for scripts, whatever the source).
+pub fn events_json(out: &mut impl Write, events: Vec<Event>) -> std::io::Result<()> {
+    let value = serde_json::to_value(EventsResponse { events })?;
+    serde_json::to_writer_pretty(&mut *out, &value)?;
     writeln!(out)
 }
 
@@ -161,23 +152,23 @@ pub fn events_table(out: &mut impl Write, events: &[Event]) -> std::io::Result<(
     )
 }
 
-pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Result<()> {
+pub fn plan_table(out: &mut impl Write, entries: &[PlanEntryView]) -> std::io::Result<()> {
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
             let action = match e.action {
-                PlanAction::Add => "add",
-                PlanAction::Update => "update",
-                PlanAction::Reconfigure => "reconfigure",
-                PlanAction::NoChange => "no change",
-                PlanAction::Remove => "remove",
-                PlanAction::WaitForRelease => "wait for release",
-                PlanAction::StaysRolledBack => "stays rolled back",
+                PlanActionName::Add => "add",
+                PlanActionName::Update => "update",
+                PlanActionName::Reconfigure => "reconfigure",
+                PlanActionName::NoChange => "no change",
+                PlanActionName::Remove => "remove",
+                PlanActionName::WaitForRelease => "wait for release",
+                PlanActionName::StaysRolledBack => "stays rolled back",
             };
             let current = e.current_version.as_deref().unwrap_or("-");
             let desired = e.desired_version.as_deref().unwrap_or("-");
             // A rolled-back instance is not headed for its desired version.
-            let versions = if current == desired || e.action == PlanAction::StaysRolledBack {
+            let versions = if current == desired || e.action == PlanActionName::StaysRolledBack {
                 current.to_owned()
             } else {
                 format!("{current} → {desired}")
@@ -193,58 +184,104 @@ pub fn plan_table(out: &mut impl Write, entries: &[PlanEntry]) -> std::io::Resul
     table(out, &["INSTANCE", "ACTION", "VERSION", "NOTES"], &rows)
 }
 
-/// Details for one service: the pending plan and getInfo outputs of each
-/// instance, under the status table. `plan_texts` holds the plan files that
-/// are text, by artifact key; others are shown by size and digest.
+pub fn alerts_table(out: &mut impl Write, alerts: &[AlertView]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = alerts
+        .iter()
+        .map(|a| {
+            vec![
+                a.name.clone(),
+                if a.state.is_firing() {
+                    "firing"
+                } else {
+                    "resolved"
+                }
+                .to_owned(),
+                vergence_engine::moment(a.since),
+                a.actor.clone(),
+                a.summary.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["ALERT", "STATE", "SINCE", "SET BY", "SUMMARY"],
+        &rows,
+    )
+}
+
+pub fn tokens_table(out: &mut impl Write, tokens: &[TokenView]) -> std::io::Result<()> {
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                scope_list(&t.scopes),
+                t.created_at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+                t.created_by.clone(),
+                t.description.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["ID", "SCOPES", "CREATED (UTC)", "CREATED BY", "DESCRIPTION"],
+        &rows,
+    )
+}
+
+pub fn scope_list(scopes: &[Scope]) -> String {
+    scopes
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Details for one service: the getInfo outputs and pending plan of each
+/// instance, under the status table. `plan_texts` holds the plan files
+/// that are text, where they could be read; others are shown by name, size
+/// and digest.
 pub fn instance_details(
     out: &mut impl Write,
-    records: &[InstanceRecord],
-    plan_texts: &BTreeMap<String, String>,
+    views: &[InstanceView],
+    plan_texts: &PlanTexts,
 ) -> std::io::Result<()> {
-    for record in records {
-        let state = &record.state;
-        // The plan of what the instance is headed for: the desired version,
-        // or the one a rollback goes back to.
-        let headed_for = match &state.rollback {
-            Some(rollback) => Some(&rollback.to.version),
-            None => record.desired.version(),
-        };
-        let plan = state
-            .plan
-            .as_ref()
-            .filter(|p| Some(&p.version) == headed_for);
-        if plan.is_none() && state.info.is_empty() {
+    for view in views {
+        if view.plan.is_none() && view.info.is_empty() {
             continue;
         }
-        writeln!(out, "\n{}:", record.key)?;
-        for info in &state.info {
+        let key = InstanceKey::new(
+            view.application.clone(),
+            view.service.clone(),
+            view.release_channel.clone(),
+        );
+        writeln!(out, "\n{key}:")?;
+        for info in &view.info {
             writeln!(out, "  {}: {}", info.name, shown_on_terminal(&info.text))?;
         }
-        if let Some(plan) = plan {
-            writeln!(
-                out,
-                "  plan {} for {} (from the fetch at {}):",
-                plan.short(),
-                plan.version,
-                vergence_engine::moment(plan.at)
-            )?;
-            // A Terraform plan is read as its changes; its files are a
-            // binary plan and a large JSON, shown by size and digest.
-            if let Some(content) = &plan.content {
-                writeln!(out, "    changes {}", content.counts)?;
-                for change in &content.changes {
-                    writeln!(out, "      {change}")?;
-                }
+        let Some(plan) = &view.plan else {
+            continue;
+        };
+        writeln!(
+            out,
+            "  plan {} for {} (from the fetch at {}):",
+            &plan.digest[..plan.digest.len().min(12)],
+            plan.version,
+            vergence_engine::moment(plan.at)
+        )?;
+        // A Terraform plan is read as its changes; its files are a binary
+        // plan and a large JSON, shown by size and digest.
+        if let Some(counts) = &plan.counts {
+            writeln!(out, "    changes {counts}")?;
+            for change in &plan.changes {
+                writeln!(out, "      {change}")?;
             }
-            for (artifact, file) in plan.artifacts.iter().zip(plan.files()) {
-                writeln!(out, "    {file}")?;
-                if plan.content.is_some() {
-                    continue;
-                }
-                if let Some(text) = plan_texts.get(&artifact.key) {
-                    for line in text.lines() {
-                        writeln!(out, "      {line}")?;
-                    }
+        }
+        for (index, file) in plan.files.iter().enumerate() {
+            writeln!(out, "    {file}")?;
+            if let Some(text) = plan_texts.get(&(key.clone(), index)) {
+                for line in text.lines() {
+                    writeln!(out, "      {line}")?;
                 }
             }
         }

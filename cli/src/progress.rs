@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Mutex, PoisonError};
 
 use vergence_embedded::Progress;
-use vergence_model::{Event, EventKind, InstanceKey, InstanceRecord, JobRecord, Status};
+use vergence_model::{Event, EventKind, InstanceKey, JobRecord, Status};
 
 use crate::output;
 
@@ -30,17 +30,14 @@ impl LiveProgress {
     }
 
     /// With the summary line when stdout is a terminal that can redraw
-    /// (not `TERM=dumb`); `records` are where the instances start.
-    pub fn for_up(records: &[InstanceRecord]) -> Self {
+    /// (not `TERM=dumb`); `statuses` are where the instances start.
+    pub fn for_up(statuses: impl IntoIterator<Item = (InstanceKey, Status)>) -> Self {
         let redraws = std::io::stdout().is_terminal()
             && std::env::var("TERM").map_or(true, |term| term != "dumb");
         if !redraws {
             return Self::lines();
         }
-        let statuses = records
-            .iter()
-            .map(|r| (r.key.clone(), r.state.status))
-            .collect();
+        let statuses = statuses.into_iter().collect();
         Self {
             summary: Some(Mutex::new(statuses)),
         }
