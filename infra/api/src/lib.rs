@@ -1,6 +1,9 @@
 //! Vergence's HTTP API: one axum [`router`] over the control operations —
-//! upload configs, push releases (the CI webhook), record approvals, set
-//! alert states (also from Alertmanager), read status and events.
+//! upload and plan configs, push releases (the CI webhook), record
+//! approvals, pause, pin, roll back and re-check instances, set alert
+//! states (also from Alertmanager), read status, events and where a
+//! rollout stands, manage an application's tokens. Every command of the
+//! CLI that reads or changes state has its route here.
 //!
 //! The same router is served by `vergence serve` over the embedded store and
 //! by the `api` Lambda function over DynamoDB. It is a plain tower service

@@ -1,5 +1,6 @@
 //! Configs: `POST /v1/configs` uploads a whole config or one
 //! application's part (`?application=NAME`), to validate it or apply it;
+//! `POST /v1/configs/plan` says what such an upload would change;
 //! `GET /v1/applications/{app}/configs` lists the versions of an
 //! application's part and `POST /v1/applications/{app}/configs/rollback`
 //! brings an earlier one back. Who may push what is decided by the parts a
@@ -19,7 +20,7 @@ use vergence_model::{ApplicationName, ConfigPart, Scope};
 
 use super::{parse_json, parse_name, path_error, query_error, read_body, read_optional_json};
 use crate::auth::{Caller, authenticate};
-use crate::wire::{ConfigPushRequest, ValidationReport};
+use crate::wire::{ConfigPushRequest, PlanEntryView, PlanResponse, ValidationReport};
 use crate::{ApiError, ApiState};
 
 /// Longest accepted file path in a bundle.
@@ -76,6 +77,48 @@ pub(super) async fn push(
         )
         .await?;
     Ok(Json(report).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct PlanQuery {
+    /// Plan only this application's part, composed with the others.
+    application: Option<String>,
+}
+
+/// `POST /v1/configs/plan[?application=NAME]`: what pushing the config
+/// would change, per instance, against the state as it is; nothing is
+/// stored. A plan is a push that stores nothing, so it needs what that
+/// push would need: a token learns what a push would do only if it could
+/// make the push.
+pub(super) async fn plan(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    query: Result<Query<PlanQuery>, QueryRejection>,
+    request: Request,
+) -> Result<Json<PlanResponse>, ApiError> {
+    let caller = authenticate(&api, &headers).await?;
+    let Query(query) = query.map_err(query_error)?;
+    let application: Option<ApplicationName> = query
+        .application
+        .as_deref()
+        .map(|raw| parse_name("application", raw))
+        .transpose()?;
+    require_config_scope(&caller, application.as_ref())?;
+    let body = read_body(&api, request).await?;
+    let push: ConfigPushRequest = parse_json(&body)?;
+    let bundle = bundle_of(push)?;
+    let prepared = api
+        .control
+        .prepare_push(&bundle, application.as_ref(), None)
+        .await?;
+    authorize_push(&caller, &prepared)?;
+    let model = prepared.model();
+    let entries = api.control.plan(model.as_ref()).await?;
+    Ok(Json(PlanResponse {
+        hash: model.hash().to_owned(),
+        instances: entries.iter().map(PlanEntryView::of).collect(),
+    }))
 }
 
 /// Pushing needs a platform token, or an application's admin token (of

@@ -1,6 +1,6 @@
 //! One instance at a time, as the status page works: read it in full (the
-//! `explain` chain, controls, jobs), and the operator actions pause, resume
-//! and rollback. Also the two small reads the page needs besides status:
+//! `explain` chain, controls, jobs), and the operator actions pause, resume,
+//! pin, unpin and rollback. Also the two small reads the page needs besides status:
 //! who the token is, and the alerts protections refer to.
 //!
 //! The actions need an `admin` token of the application: the scope model
@@ -14,10 +14,10 @@ use vergence_engine::control::PauseAction;
 use vergence_model::ports::InstanceFilter;
 use vergence_model::{InstanceKey, InstanceRecord, Scope, Version};
 
-use super::{instance_key, parse_name, read_optional_json};
+use super::{instance_key, parse_json, parse_name, read_body, read_optional_json};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{
-    AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, RollbackBody,
+    AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, PinRequest, RollbackBody,
     RunningJobView, TokenInfo,
 };
 use crate::{ApiError, ApiState};
@@ -162,5 +162,40 @@ pub(super) async fn rollback(
     api.control
         .rollback(&key, version.as_ref(), &caller.actor())
         .await?;
+    Ok(Json(current(&api, &key).await?))
+}
+
+/// `POST …/release-channels/{rc}/pin`: holds the instance on a released
+/// version, as `vergence pin` does.
+pub(super) async fn pin(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    request: Request,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (caller, key) = instance_of_path(&api, &headers, path).await?;
+    caller.require_scope(Scope::Admin)?;
+    let body = read_body(&api, request).await?;
+    let body: PinRequest = parse_json(&body)?;
+    let version: Version = parse_name(
+        "version",
+        &body
+            .version
+            .ok_or_else(|| ApiError::invalid("version", "missing field"))?,
+    )?;
+    api.control.pin(&key, &version, &caller.actor()).await?;
+    Ok(Json(current(&api, &key).await?))
+}
+
+/// `POST …/release-channels/{rc}/unpin`: lets the instance follow its
+/// service's latest release again, as `vergence unpin` does.
+pub(super) async fn unpin(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (caller, key) = instance_of_path(&api, &headers, path).await?;
+    caller.require_scope(Scope::Admin)?;
+    api.control.unpin(&key, &caller.actor()).await?;
     Ok(Json(current(&api, &key).await?))
 }

@@ -7,10 +7,12 @@
 
 mod agents;
 mod alerts;
+mod applications;
 mod configs;
 mod delivery;
 mod instances;
 mod reads;
+mod tokens;
 mod ui;
 
 use std::time::Instant;
@@ -36,6 +38,7 @@ enum Verb {
     Get,
     Post,
     Put,
+    Delete,
 }
 
 impl Verb {
@@ -44,6 +47,7 @@ impl Verb {
             Verb::Get => MethodFilter::GET,
             Verb::Post => MethodFilter::POST,
             Verb::Put => MethodFilter::PUT,
+            Verb::Delete => MethodFilter::DELETE,
         }
     }
 
@@ -52,6 +56,7 @@ impl Verb {
             Verb::Get => Method::GET,
             Verb::Post => Method::POST,
             Verb::Put => Method::PUT,
+            Verb::Delete => Method::DELETE,
         }
     }
 }
@@ -79,11 +84,12 @@ impl Route {
 /// Every route, in one table: the router is built from it and
 /// [`endpoints`] lists it, so the OpenAPI test sees exactly what is served.
 fn routes() -> Vec<Route> {
-    use Verb::{Get, Post, Put};
+    use Verb::{Delete, Get, Post, Put};
     vec![
         Route::new(Get, "/v1/healthz", reads::healthz),
         Route::new(Get, "/v1/whoami", instances::whoami),
         Route::new(Post, "/v1/configs", configs::push),
+        Route::new(Post, "/v1/configs/plan", configs::plan),
         Route::new(Get, "/v1/applications/{app}/configs", configs::versions),
         Route::new(
             Post,
@@ -120,11 +126,28 @@ fn routes() -> Vec<Route> {
             "/v1/applications/{app}/services/{service}/release-channels/{rc}/rollback",
             instances::rollback,
         ),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/pin",
+            instances::pin,
+        ),
+        Route::new(
+            Post,
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/unpin",
+            instances::unpin,
+        ),
+        Route::new(Post, "/v1/applications/{app}/pause", applications::pause),
+        Route::new(Post, "/v1/applications/{app}/resume", applications::resume),
+        Route::new(Post, "/v1/applications/{app}/checks", applications::checks),
         Route::new(Get, "/v1/alerts", instances::alerts),
         Route::new(Put, "/v1/alerts/{name}", alerts::set),
         Route::new(Post, "/v1/alerts/alertmanager", alerts::alertmanager),
         Route::new(Get, "/v1/applications/{app}/status", reads::status),
         Route::new(Get, "/v1/applications/{app}/events", reads::events),
+        Route::new(Get, "/v1/applications/{app}/rollout", reads::rollout),
+        Route::new(Get, "/v1/applications/{app}/tokens", tokens::list),
+        Route::new(Post, "/v1/applications/{app}/tokens", tokens::create),
+        Route::new(Delete, "/v1/applications/{app}/tokens/{id}", tokens::revoke),
         Route::new(Get, "/v1/agents", reads::agents),
         Route::new(Post, "/v1/agents/{agent}/poll", agents::poll),
         Route::new(Post, "/v1/agents/{agent}/reports", agents::report),

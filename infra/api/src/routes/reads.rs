@@ -1,5 +1,6 @@
-//! Reading: health, an application's status and its events, the agents'
-//! last contact. Any scope of the application may read.
+//! Reading: health, an application's status, its events and where its
+//! rollout stands, the agents' last contact. Any scope of the application
+//! may read.
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -12,7 +13,8 @@ use vergence_model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceNa
 use super::{parse_name, path_error, query_error};
 use crate::auth::authenticate;
 use crate::wire::{
-    AgentView, AgentsResponse, EventsResponse, Health, InstanceView, StatusResponse,
+    AgentView, AgentsResponse, EventsResponse, Health, InstanceProgress, InstanceView,
+    RolloutResponse, StatusResponse,
 };
 use crate::{ApiError, ApiState};
 
@@ -155,4 +157,28 @@ pub(super) async fn events(
         require_configured(&api, &application).await?;
     }
     Ok(Json(EventsResponse { events }))
+}
+
+/// `GET /v1/applications/{app}/rollout`: where each instance stands for a
+/// client waiting on a push (`vergence up --endpoint`), with the config in
+/// force. The engine runs elsewhere (the worker, or `vergence serve`); the
+/// client decides from this when nothing can move any more.
+pub(super) async fn rollout(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<RolloutResponse>, ApiError> {
+    let application = readable_application(&api, &headers, path).await?;
+    let filter = InstanceFilter {
+        application: Some(application.clone()),
+        ..InstanceFilter::default()
+    };
+    let records = api.control.status(&filter).await?;
+    if records.is_empty() {
+        require_configured(&api, &application).await?;
+    }
+    Ok(Json(RolloutResponse {
+        config: api.control.current_config().await?.map(|c| c.hash),
+        instances: records.iter().map(InstanceProgress::of).collect(),
+    }))
 }

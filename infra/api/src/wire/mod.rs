@@ -6,13 +6,16 @@
 //! The views are made by one function each (`InstanceView::of`, …), which
 //! the CLI calls on its local state too: one printer serves both.
 
+mod operations;
 mod progress;
 mod tokens;
+
+pub use operations::{InstancesRequest, InstancesResponse, PinRequest};
 
 pub use progress::{
     InstanceProgress, PlanActionName, PlanEntryView, PlanResponse, RolloutResponse, Standing,
 };
-pub use tokens::TokenView;
+pub use tokens::{TokenCreated, TokenRequest, TokenView, TokensResponse};
 
 use std::collections::BTreeMap;
 

@@ -28,3 +28,28 @@ impl TokenView {
         }
     }
 }
+
+/// `GET /v1/applications/{app}/tokens`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokensResponse {
+    pub tokens: Vec<TokenView>,
+}
+
+/// `POST /v1/applications/{app}/tokens`: a token of the application, with
+/// scopes no wider than the caller's own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenRequest {
+    pub scopes: Option<Vec<Scope>>,
+    pub description: Option<String>,
+}
+
+/// A token just made: the full string is in this answer and nowhere else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenCreated {
+    /// `vgt_<id>_<secret>`; only a SHA-256 of the secret is stored.
+    pub token: String,
+    #[serde(flatten)]
+    pub view: TokenView,
+}

@@ -11,6 +11,8 @@ mod common;
 mod configs;
 mod delivery;
 mod openapi;
+mod operations;
 mod reads;
 mod scopes;
+mod tokens;
 mod ui;

@@ -60,7 +60,8 @@ async fn every_documented_operation_reaches_a_handler() {
             .replace("{service}", "web")
             .replace("{rc}", "prod")
             .replace("{name}", "high-error-rate")
-            .replace("{agent}", "prod-eu");
+            .replace("{agent}", "prod-eu")
+            .replace("{id}", "0123456789abcdef0123456789abcdef");
         let method: Method = method.parse().unwrap();
         let reply = api.send(request(method.clone(), &uri, None, None)).await;
         let expected = if path == "/v1/healthz" {

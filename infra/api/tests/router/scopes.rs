@@ -16,8 +16,10 @@ use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
 use vergence_api::create_token;
 use vergence_engine::control::PauseAction;
-use vergence_model::ports::{AgentStore, InstanceFilter, TokenStore};
-use vergence_model::{ConfigBundle, Scope, TokenSubject, split_token, token_string};
+use vergence_model::ports::{AgentStore, Clock, InstanceFilter, TokenStore};
+use vergence_model::{
+    ApiToken, ConfigBundle, InstanceKey, Scope, TokenSubject, split_token, token_string,
+};
 
 use crate::common::{Api, request, two_applications};
 
@@ -109,7 +111,15 @@ enum Setup {
     /// shop and blog, with releases v1 and v2 of shop/web pushed: prod
     /// wants v2 and can be rolled back to v1.
     Released,
+    /// As `Released`, with shop/web in prod pinned to v1: unpinning writes.
+    Pinned,
+    /// shop and blog, with a token of shop's whose id is [`KNOWN_TOKEN_ID`]:
+    /// revoking it writes.
+    ShopToken,
 }
+
+/// The id of the token `Setup::ShopToken` stores, for `{id}` in paths.
+const KNOWN_TOKEN_ID: &str = "0123456789abcdef0123456789abcdef";
 
 /// What the handler answers an allowed caller.
 #[derive(Clone, Copy, Debug)]
@@ -136,7 +146,7 @@ struct Row {
 
 fn table() -> Vec<Row> {
     use Answer::{NoAgentDesk, Reads, Writes};
-    use Setup::{Paused, Released, ShopAndBlog, ShopPushedTwice};
+    use Setup::{Paused, Pinned, Released, ShopAndBlog, ShopPushedTwice, ShopToken};
     let row = |method, path, allowed, setup, body, answer| Row {
         method,
         path,
@@ -223,6 +233,47 @@ fn table() -> Vec<Row> {
             Some(|| json!({"version": "v1"})),
             Writes,
         ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/pin",
+            &[Shop(Admin)],
+            Released,
+            Some(|| json!({"version": "v1"})),
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/unpin",
+            &[Shop(Admin)],
+            Pinned,
+            None,
+            Writes,
+        ),
+        // The same operator actions on many instances at once.
+        row(
+            "POST",
+            "/v1/applications/{app}/pause",
+            &[Shop(Admin)],
+            ShopAndBlog,
+            Some(|| json!({"releaseChannel": "prod"})),
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/resume",
+            &[Shop(Admin)],
+            Paused,
+            None,
+            Writes,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/checks",
+            &[Shop(Admin)],
+            ShopAndBlog,
+            None,
+            Writes,
+        ),
         // Alerts are global, like agents: any application may read them.
         row(
             "GET",
@@ -263,6 +314,49 @@ fn table() -> Vec<Row> {
             ShopAndBlog,
             None,
             Reads,
+        ),
+        row(
+            "GET",
+            "/v1/applications/{app}/rollout",
+            SHOP_TOKENS,
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        // A plan is a push that stores nothing: who may push may plan.
+        row(
+            "POST",
+            "/v1/configs/plan",
+            SHOP_CONFIG,
+            ShopAndBlog,
+            Some(config_push),
+            Reads,
+        ),
+        // Tokens are the application admin's to manage, never wider than
+        // its own, never another application's.
+        row(
+            "GET",
+            "/v1/applications/{app}/tokens",
+            &[Shop(Admin)],
+            ShopAndBlog,
+            None,
+            Reads,
+        ),
+        row(
+            "POST",
+            "/v1/applications/{app}/tokens",
+            &[Shop(Admin)],
+            ShopAndBlog,
+            Some(|| json!({"scopes": ["release"], "description": "CI"})),
+            Writes,
+        ),
+        row(
+            "DELETE",
+            "/v1/applications/{app}/tokens/{id}",
+            &[Shop(Admin)],
+            ShopToken,
+            None,
+            Writes,
         ),
         // Agents serve clusters, not applications: any application may see
         // their last contact, an agent may not see the others.
@@ -339,7 +433,8 @@ fn uri_of(template: &str) -> String {
         .replace("{service}", "web")
         .replace("{rc}", "prod")
         .replace("{name}", "high-error-rate")
-        .replace("{agent}", "prod-eu");
+        .replace("{agent}", "prod-eu")
+        .replace("{id}", KNOWN_TOKEN_ID);
     assert!(
         !uri.contains('{'),
         "{template}: a path parameter this test does not know; add it to uri_of"
@@ -352,9 +447,12 @@ fn uri_of(template: &str) -> String {
 async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>) {
     let api = Api::new();
     let files = match setup {
-        Setup::ShopAndBlog | Setup::Paused | Setup::Released | Setup::ShopPushedTwice => {
-            two_applications()
-        }
+        Setup::ShopAndBlog
+        | Setup::Paused
+        | Setup::Released
+        | Setup::Pinned
+        | Setup::ShopPushedTwice
+        | Setup::ShopToken => two_applications(),
     };
     api.control
         .apply_config(ConfigBundle::from_files(files), "test")
@@ -374,7 +472,7 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
         Setup::Paused => {
             let filter = InstanceFilter {
                 application: shop(),
-                service: Some(web),
+                service: Some(web.clone()),
                 release_channel: Some("prod".parse().unwrap()),
             };
             api.control
@@ -382,7 +480,7 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
                 .await
                 .unwrap();
         }
-        Setup::Released => {
+        Setup::Released | Setup::Pinned => {
             for version in ["v1", "v2"] {
                 api.control
                     .push_release(
@@ -396,7 +494,28 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
                     .unwrap();
             }
         }
+        Setup::ShopToken => {
+            api.store
+                .put_token(&ApiToken {
+                    id: KNOWN_TOKEN_ID.to_owned(),
+                    subject: TokenSubject::Application("shop".parse().unwrap()),
+                    scopes: vec![Release],
+                    secret_sha256: vergence_api::secret_sha256("known"),
+                    description: Some("to revoke".to_owned()),
+                    created_at: api.clock.now(),
+                    created_by: "test".to_owned(),
+                })
+                .await
+                .unwrap();
+        }
         Setup::ShopAndBlog | Setup::ShopPushedTwice => {}
+    }
+    if let Setup::Pinned = setup {
+        let prod = InstanceKey::new(shop().unwrap(), web.clone(), "prod".parse().unwrap());
+        api.control
+            .pin(&prod, &"v1".parse().unwrap(), "test")
+            .await
+            .unwrap();
     }
     let mut tokens = BTreeMap::new();
     for (name, app, scope) in [
