@@ -35,8 +35,9 @@ pub struct Global {
     /// More logging (-v info, -vv debug); RUST_LOG also works.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// A Vergence API (deployed, or `vergence serve`): status, release,
-    /// approve, events and configs push then go over HTTP.
+    /// A Vergence API (deployed, or `vergence serve`): every command that
+    /// reads or changes state then goes over HTTP (`serve` and the
+    /// commands with no state excepted).
     #[arg(long, global = true, env = "VERGENCE_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
     /// `token` commands work on this DynamoDB table (a serverless
@@ -132,7 +133,7 @@ pub enum Command {
     Explain(InstanceArgs),
     /// Serve the HTTP API over the local state and run the engine, until Ctrl-C.
     Serve(ServeArgs),
-    /// Create, list and revoke API tokens (local state).
+    /// Create, list and revoke API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Push configs (whole, or one application's part), list and roll back
@@ -215,8 +216,23 @@ pub struct UpArgs {
     /// Keep converging and detect drift at the fetch intervals, until Ctrl-C.
     #[arg(long)]
     pub watch: bool,
+    /// With --endpoint: wait at most this long for the server's engine
+    /// (`90s`, `20m`, `1h`) [default: 30m].
+    #[arg(long, value_name = "DURATION", value_parser = duration, conflicts_with = "watch")]
+    pub timeout: Option<std::time::Duration>,
     #[command(flatten)]
     pub runners: RunnerArgs,
+}
+
+/// A positive duration: `90s`, `20m`, `1h 30m` (or ISO 8601, `PT20M`).
+fn duration(raw: &str) -> Result<std::time::Duration, String> {
+    let parsed: jiff::SignedDuration = raw
+        .parse()
+        .map_err(|e| format!("{raw:?} is not a duration such as 90s, 20m or 1h: {e}"))?;
+    std::time::Duration::try_from(parsed)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{raw:?}: give a duration longer than zero"))
 }
 
 /// How this machine runs jobs.

@@ -12,6 +12,7 @@ pub mod local;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use vergence_api::wire::{
@@ -81,6 +82,15 @@ pub struct Converge<'a> {
     pub watch: bool,
     /// How this machine runs jobs (the local state only).
     pub runners: &'a RunnerArgs,
+    /// Give up waiting after this long (an API only: locally the jobs run
+    /// here and `up` ends when nothing can move).
+    pub timeout: Option<Duration>,
+    /// The hash of the config pushed.
+    pub hash: String,
+    /// The application followed; `None` follows every one.
+    pub application: Option<ApplicationName>,
+    /// The newest event before the push: the rollout's events come after.
+    pub after_event: Option<String>,
     pub progress: Arc<LiveProgress>,
 }
 
@@ -129,10 +139,6 @@ impl std::error::Error for NoState {}
 #[async_trait]
 pub trait Backend: Send + Sync {
     fn place(&self) -> Place;
-
-    /// The application a command means when it names none: `None` locally
-    /// (every application); over an API, the token's.
-    async fn default_application(&self) -> Result<Option<ApplicationName>>;
 
     /// The instance of `service` in `channel`; the application may be left
     /// out when it is clear (locally: only one application has the

@@ -4,21 +4,25 @@
 //! engine runs and `up` watches it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use vergence_api::wire::InstanceProgress;
-use vergence_model::Status;
 use vergence_model::ports::InstanceFilter;
+use vergence_model::{EventFilter, Status};
 
 use super::{Context, apply_summary, compile, config_rejected, load_bundle, warn_of_bare_scripts};
 use crate::args::UpArgs;
-use crate::backend::{Access, ConfigPush, Converge, Pushed};
+use crate::backend::{Access, ConfigPush, Converge, Place, Pushed};
 use crate::output;
 use crate::progress::LiveProgress;
 
 /// Exit codes of `vergence up` (a contract for scripts).
 pub const EXIT_FAILED: u8 = 2;
 pub const EXIT_WAITING: u8 = 3;
+
+/// How long `up --endpoint` waits for the server's engine by default.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
     let global = ctx.global;
@@ -29,11 +33,45 @@ pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
     };
     warn_of_bare_scripts(model.as_ref(), &bundle, &global.config);
     let backend = ctx.backend(Access::Create)?;
+    // Locally the jobs run here, and `up` ends when nothing can move; a
+    // server's engine is waited for, at most this long.
+    let timeout = match (backend.place(), args.timeout) {
+        (Place::Local, Some(_)) => bail!(
+            "--timeout: a local `up` runs the jobs itself and ends when nothing can move; --timeout bounds the wait of `up --endpoint` on a server's engine"
+        ),
+        (Place::Local, None) => None,
+        (Place::Server, _) if args.watch => None,
+        (Place::Server, timeout) => Some(timeout.unwrap_or(DEFAULT_TIMEOUT)),
+    };
     let application = backend.up_scope(model.as_ref()).await?;
+    if let Some(application) = &application {
+        let others: Vec<String> = model
+            .applications()
+            .into_iter()
+            .filter(|a| a != application)
+            .map(|a| a.to_string())
+            .collect();
+        if !others.is_empty() {
+            eprintln!(
+                "note: the config also has {}; this token reads only {application}'s instances, so `up` follows {application}'s",
+                others.join(", ")
+            );
+        }
+    }
     let instances = InstanceFilter {
         application: application.clone(),
         ..InstanceFilter::default()
     };
+    // The rollout's events are those after the newest one before the push.
+    let after_event = backend
+        .events(&EventFilter {
+            application: application.clone(),
+            limit: Some(1),
+            ..EventFilter::default()
+        })
+        .await?
+        .pop()
+        .map(|event| event.id);
     let push = ConfigPush {
         bundle,
         application: None,
@@ -57,6 +95,10 @@ pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
         .converge(Converge {
             watch: args.watch,
             runners: &args.runners,
+            timeout,
+            hash: report.hash.clone(),
+            application: application.clone(),
+            after_event,
             progress,
         })
         .await?;

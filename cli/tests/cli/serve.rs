@@ -129,10 +129,14 @@ fn ci_pushes_config_and_release_to_a_served_api_and_reads_status_back() {
         "{release}"
     );
 
-    // Local-only commands refuse an endpoint instead of doing something else.
-    let up = remote(&project, &server, &admin, &["up"]);
-    assert_ne!(up.code, 0, "{up}");
-    assert!(up.stderr.contains("works on local state only"), "{up}");
+    // `serve` is local by nature: it refuses an endpoint instead of
+    // doing something else.
+    let serve = remote(&project, &server, &admin, &["serve"]);
+    assert_ne!(serve.code, 0, "{serve}");
+    assert!(
+        serve.stderr.contains("does not run against --endpoint"),
+        "{serve}"
+    );
 
     let (status, output) = server.stop();
     assert!(

@@ -1,7 +1,9 @@
 //! A Vergence API (`vergence serve`, or the deployed `api` function) over
 //! HTTP: each operation is one route of `docs/openapi.json`, answered with
-//! the same wire views the local state gives.
+//! the same wire views the local state gives. The engine runs on the
+//! server: `up` pushes, then follows it ([`follow`]).
 
+mod follow;
 mod http;
 
 use std::collections::BTreeMap;
@@ -10,9 +12,13 @@ use anyhow::{anyhow, bail};
 use async_trait::async_trait;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
 use vergence_api::wire::{
-    AlertView, ApprovalRequest, ConfigPushRequest, EventsResponse, InstanceView, PlanResponse,
-    ReleaseRequest, RolloutResponse, StatusResponse, TokenView, ValidationReport,
+    AlertListResponse, AlertRequest, AlertResponse, AlertStateName, AlertView, ApprovalRequest,
+    ConfigPushRequest, EventsResponse, InstanceDetail, InstanceView, InstancesRequest,
+    InstancesResponse, PinRequest, PlanResponse, ReleaseRequest, RollbackBody, RolloutResponse,
+    StatusResponse, TokenCreated, TokenInfo, TokenRequest, TokenView, TokensResponse,
+    ValidationReport,
 };
 use vergence_engine::control::{ApplyReport, PartVersion, PauseAction};
 use vergence_model::ports::{CompiledConfig, InstanceFilter};
@@ -27,33 +33,60 @@ use crate::args::Global;
 /// The API at `--endpoint`, with `--token`.
 pub struct Api {
     client: http::Client,
+    /// What the token is, asked once: its application is what commands
+    /// mean when they name none.
+    whoami: OnceCell<TokenInfo>,
 }
 
 impl Api {
     pub fn new(global: &Global) -> Result<Self> {
         Ok(Self {
             client: http::Client::new(global)?,
+            whoami: OnceCell::new(),
         })
     }
 
-    /// The application a request is about: the one named, else the
-    /// default.
+    async fn whoami(&self) -> Result<&TokenInfo> {
+        self.whoami
+            .get_or_try_init(|| self.client.get("/v1/whoami", &[]))
+            .await
+    }
+
+    /// Who this token's actions are attributed to in events.
+    async fn own_actor(&self) -> Result<String> {
+        Ok(format!("api:token-{}", self.whoami().await?.id))
+    }
+
+    /// The application a request is about: the one named, else the token's.
     async fn application(&self, named: Option<&ApplicationName>) -> Result<ApplicationName> {
-        match named {
-            Some(application) => Ok(application.clone()),
-            None => self.default_application().await?.ok_or_else(|| {
-                anyhow!(
-                    "--app is required with --endpoint: the API serves one application at a time"
-                )
-            }),
+        if let Some(application) = named {
+            return Ok(application.clone());
         }
+        let me = self.whoami().await?;
+        me.application.clone().ok_or_else(|| {
+            anyhow!(
+                "--app is required: token {} belongs to {}, not to an application",
+                me.id,
+                owner(me)
+            )
+        })
     }
 }
 
-/// What no route of the API does yet.
-fn local_only(command: &str) -> anyhow::Error {
-    anyhow!(
-        "`vergence {command}` works on local state only; run it without --endpoint (and without VERGENCE_ENDPOINT)"
+/// Whose a token is, for messages.
+fn owner(me: &TokenInfo) -> String {
+    match (&me.application, &me.agent) {
+        (Some(application), _) => format!("application {application}"),
+        (None, Some(agent)) => format!("agent {agent}"),
+        (None, None) => "the platform".to_owned(),
+    }
+}
+
+/// `/v1/applications/{app}/services/{service}/release-channels/{rc}`.
+fn instance_path(key: &InstanceKey) -> String {
+    format!(
+        "/v1/applications/{}/services/{}/release-channels/{}",
+        key.application, key.service, key.release_channel
     )
 }
 
@@ -72,6 +105,13 @@ fn filter_query(
     query
 }
 
+/// Tokens of agents and of the platform are not an application's to grant.
+fn not_through_the_api(subject: &TokenSubject) -> anyhow::Error {
+    anyhow!(
+        "tokens of {subject} are not made or listed through the API, which manages one application's tokens: make them where the state is (`vergence token … --state FILE`, or `--dynamodb-table TABLE` for a serverless deployment)"
+    )
+}
+
 #[derive(Deserialize)]
 struct VersionsResponse {
     versions: Vec<PartVersion>,
@@ -87,10 +127,6 @@ struct ConfigRollbackRequest<'a> {
 impl Backend for Api {
     fn place(&self) -> Place {
         Place::Server
-    }
-
-    async fn default_application(&self) -> Result<Option<ApplicationName>> {
-        Ok(None)
     }
 
     async fn instance_key(
@@ -130,16 +166,26 @@ impl Backend for Api {
         Ok(answer.events)
     }
 
-    async fn explain(&self, _: &InstanceKey) -> Result<Vec<String>> {
-        Err(local_only("explain"))
+    /// The instance route answers with the same lines.
+    async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>> {
+        let detail: InstanceDetail = self.client.get(&instance_path(key), &[]).await?;
+        Ok(detail.explain)
     }
 
-    async fn rollout(&self, _: Option<&ApplicationName>) -> Result<RolloutResponse> {
-        Err(local_only("up"))
+    async fn rollout(&self, application: Option<&ApplicationName>) -> Result<RolloutResponse> {
+        let app = self.application(application).await?;
+        self.client
+            .get(&format!("/v1/applications/{app}/rollout"), &[])
+            .await
     }
 
-    async fn plan(&self, _: ConfigBundle) -> Result<PlanResponse> {
-        Err(local_only("plan"))
+    async fn plan(&self, bundle: ConfigBundle) -> Result<PlanResponse> {
+        let body = ConfigPushRequest {
+            files: Some(bundle.files),
+        };
+        self.client
+            .send(Method::POST, "/v1/configs/plan", &body)
+            .await
     }
 
     async fn release(
@@ -175,35 +221,97 @@ impl Backend for Api {
             .await
     }
 
-    async fn pause(&self, _: &InstanceFilter, action: PauseAction) -> Result<Vec<InstanceKey>> {
-        Err(local_only(match action {
+    async fn pause(
+        &self,
+        filter: &InstanceFilter,
+        action: PauseAction,
+    ) -> Result<Vec<InstanceKey>> {
+        let app = self.application(filter.application.as_ref()).await?;
+        let verb = match action {
             PauseAction::Pause => "pause",
             PauseAction::Resume => "resume",
-        }))
+        };
+        let answer: InstancesResponse = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/applications/{app}/{verb}"),
+                &instances_request(filter),
+            )
+            .await?;
+        Ok(answer.instances)
     }
 
-    async fn pin(&self, _: &InstanceKey, _: &Version) -> Result<()> {
-        Err(local_only("pin"))
+    async fn pin(&self, key: &InstanceKey, version: &Version) -> Result<()> {
+        let body = PinRequest {
+            version: Some(version.to_string()),
+        };
+        let _: InstanceView = self
+            .client
+            .send(Method::POST, &format!("{}/pin", instance_path(key)), &body)
+            .await?;
+        Ok(())
     }
 
-    async fn unpin(&self, _: &InstanceKey) -> Result<()> {
-        Err(local_only("unpin"))
+    async fn unpin(&self, key: &InstanceKey) -> Result<()> {
+        let path = format!("{}/unpin", instance_path(key));
+        let _: InstanceView = self
+            .client
+            .call(self.client.request(Method::POST, &path))
+            .await?;
+        Ok(())
     }
 
-    async fn rollback(&self, _: &InstanceKey, _: Option<&Version>) -> Result<()> {
-        Err(local_only("rollback"))
+    async fn rollback(&self, key: &InstanceKey, version: Option<&Version>) -> Result<()> {
+        let body = RollbackBody {
+            version: version.map(ToString::to_string),
+        };
+        let _: InstanceView = self
+            .client
+            .send(
+                Method::POST,
+                &format!("{}/rollback", instance_path(key)),
+                &body,
+            )
+            .await?;
+        Ok(())
     }
 
-    async fn request_checks(&self, _: &InstanceFilter) -> Result<Vec<InstanceKey>> {
-        Err(local_only("up"))
+    async fn request_checks(&self, filter: &InstanceFilter) -> Result<Vec<InstanceKey>> {
+        let app = self.application(filter.application.as_ref()).await?;
+        let answer: InstancesResponse = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/applications/{app}/checks"),
+                &instances_request(filter),
+            )
+            .await?;
+        Ok(answer.instances)
     }
 
     async fn alerts(&self) -> Result<Vec<AlertView>> {
-        Err(local_only("alert"))
+        let answer: AlertListResponse = self.client.get("/v1/alerts", &[]).await?;
+        Ok(answer.alerts)
     }
 
-    async fn set_alert(&self, _: &str, _: bool, _: Option<String>) -> Result<Vec<InstanceKey>> {
-        Err(local_only("alert"))
+    async fn set_alert(
+        &self,
+        name: &str,
+        firing: bool,
+        summary: Option<String>,
+    ) -> Result<Vec<InstanceKey>> {
+        // Checked here as the local state checks it: the name goes in the path.
+        vergence_model::check_name(name).map_err(|e| anyhow!("alert: {e}"))?;
+        let body = AlertRequest {
+            state: Some(AlertStateName::of(firing)),
+            summary,
+        };
+        let answer: AlertResponse = self
+            .client
+            .send(Method::PUT, &format!("/v1/alerts/{name}"), &body)
+            .await?;
+        Ok(answer.instances)
     }
 
     async fn push_config(&self, push: ConfigPush) -> Result<Pushed> {
@@ -262,34 +370,75 @@ impl Backend for Api {
 
     async fn create_token(
         &self,
-        _: &TokenSubject,
-        _: &[Scope],
-        _: Option<String>,
+        subject: &TokenSubject,
+        scopes: &[Scope],
+        description: Option<String>,
     ) -> Result<(TokenView, String)> {
-        Err(local_only("token"))
+        let TokenSubject::Application(application) = subject else {
+            return Err(not_through_the_api(subject));
+        };
+        let body = TokenRequest {
+            scopes: Some(scopes.to_vec()),
+            description,
+        };
+        let created: TokenCreated = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/applications/{application}/tokens"),
+                &body,
+            )
+            .await?;
+        Ok((created.view, created.token))
     }
 
-    async fn list_tokens(&self, _: &TokenSubject) -> Result<Vec<TokenView>> {
-        Err(local_only("token"))
+    async fn list_tokens(&self, subject: &TokenSubject) -> Result<Vec<TokenView>> {
+        let TokenSubject::Application(application) = subject else {
+            return Err(not_through_the_api(subject));
+        };
+        let answer: TokensResponse = self
+            .client
+            .get(&format!("/v1/applications/{application}/tokens"), &[])
+            .await?;
+        Ok(answer.tokens)
     }
 
-    async fn revoke_token(&self, _: &str) -> Result<()> {
-        Err(local_only("token"))
+    /// A token of the caller's own application.
+    async fn revoke_token(&self, id: &str) -> Result<()> {
+        let app = self.application(None).await?;
+        let path = format!("/v1/applications/{app}/tokens/{id}");
+        let _: TokenView = self
+            .client
+            .call(self.client.request(Method::DELETE, &path))
+            .await?;
+        Ok(())
     }
 
-    async fn up_scope(&self, _: &dyn CompiledConfig) -> Result<Option<ApplicationName>> {
-        bail!(local_only("up"))
+    async fn up_scope(&self, model: &dyn CompiledConfig) -> Result<Option<ApplicationName>> {
+        let me = self.whoami().await?;
+        let Some(application) = &me.application else {
+            bail!(
+                "`vergence up --endpoint` follows the rollout of the token's application, and token {} belongs to {}: use an application's admin token (`vergence configs push` pushes without following)",
+                me.id,
+                owner(me)
+            );
+        };
+        if !model.applications().contains(application) {
+            bail!(
+                "the config has no application {application}, whose token this is; nothing was pushed"
+            );
+        }
+        Ok(Some(application.clone()))
     }
 
-    async fn converge(&self, _: Converge<'_>) -> Result<Converged> {
-        Err(local_only("up"))
+    async fn converge(&self, how: Converge<'_>) -> Result<Converged> {
+        follow::converge(self, how).await
     }
 }
 
-/// `/v1/applications/{app}/services/{service}/release-channels/{rc}`.
-fn instance_path(key: &InstanceKey) -> String {
-    format!(
-        "/v1/applications/{}/services/{}/release-channels/{}",
-        key.application, key.service, key.release_channel
-    )
+fn instances_request(filter: &InstanceFilter) -> InstancesRequest {
+    InstancesRequest {
+        service: filter.service.as_ref().map(ToString::to_string),
+        release_channel: filter.release_channel.as_ref().map(ToString::to_string),
+    }
 }

@@ -136,10 +136,6 @@ impl Backend for Local {
         Place::Local
     }
 
-    async fn default_application(&self) -> Result<Option<ApplicationName>> {
-        Ok(None)
-    }
-
     async fn instance_key(
         &self,
         application: Option<ApplicationName>,
