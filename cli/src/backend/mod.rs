@@ -135,6 +135,18 @@ impl std::fmt::Display for NoState {
 
 impl std::error::Error for NoState {}
 
+/// Whether `error` says that what was asked for does not exist, wherever
+/// it was asked.
+pub fn is_not_found(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<api::ApiFailure>()
+        .is_some_and(|f| f.status == reqwest::StatusCode::NOT_FOUND)
+        || matches!(
+            error.downcast_ref::<vergence_model::Error>(),
+            Some(vergence_model::Error::NotFound { .. })
+        )
+}
+
 /// Everything the commands read and change, wherever the state is.
 #[async_trait]
 pub trait Backend: Send + Sync {

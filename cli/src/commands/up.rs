@@ -13,7 +13,7 @@ use vergence_model::{EventFilter, Status};
 
 use super::{Context, apply_summary, compile, config_rejected, load_bundle, warn_of_bare_scripts};
 use crate::args::UpArgs;
-use crate::backend::{Access, ConfigPush, Converge, Place, Pushed};
+use crate::backend::{Access, ConfigPush, Converge, Place, Pushed, is_not_found};
 use crate::output;
 use crate::progress::LiveProgress;
 
@@ -63,15 +63,19 @@ pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
         ..InstanceFilter::default()
     };
     // The rollout's events are those after the newest one before the push.
-    let after_event = backend
+    let newest = backend
         .events(&EventFilter {
             application: application.clone(),
             limit: Some(1),
             ..EventFilter::default()
         })
-        .await?
-        .pop()
-        .map(|event| event.id);
+        .await;
+    let after_event = match newest {
+        Ok(mut events) => events.pop().map(|event| event.id),
+        // An application the server does not know yet has no events.
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(e),
+    };
     let push = ConfigPush {
         bundle,
         application: None,

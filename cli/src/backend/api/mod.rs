@@ -30,6 +30,8 @@ use vergence_model::{
 use super::{Backend, ConfigPush, Converge, Converged, Place, PlanTexts, Pushed, Result};
 use crate::args::Global;
 
+pub use http::ApiFailure;
+
 /// The API at `--endpoint`, with `--token`.
 pub struct Api {
     client: http::Client,
