@@ -235,3 +235,48 @@ fn steps(events: &[Event]) -> Vec<&[Event]> {
     }
     groups
 }
+
+#[cfg(test)]
+mod tests {
+    use vergence_api::wire::{InstanceProgress, Standing};
+    use vergence_model::Status;
+
+    use super::settled;
+
+    fn instance(channel: &str, standing: Standing, awaiting_engine: bool) -> InstanceProgress {
+        InstanceProgress {
+            application: "shop".parse().unwrap(),
+            service: "web".parse().unwrap(),
+            release_channel: channel.parse().unwrap(),
+            status: Status::Converged,
+            standing,
+            upstream: (standing == Standing::Upstream).then(|| "staging".parse().unwrap()),
+            awaiting_engine,
+            failed_release: false,
+        }
+    }
+
+    #[test]
+    fn an_instance_the_engine_has_yet_to_look_at_is_not_settled_whatever_its_status() {
+        let converged = instance("staging", Standing::Converged, false);
+        assert!(settled(std::slice::from_ref(&converged)));
+        // Just pushed: CONVERGED on the old version until the engine looks.
+        let pushed = instance("staging", Standing::Converged, true);
+        assert!(!settled(&[pushed]));
+    }
+
+    #[test]
+    fn a_wait_on_an_upstream_channel_is_settled_only_when_that_channel_is() {
+        let prod = instance("prod", Standing::Upstream, false);
+        for (staging, expected) in [
+            (Standing::Converged, true),
+            (Standing::Failed, true),
+            (Standing::Waiting, true),
+            (Standing::Progressing, false),
+        ] {
+            let both = [instance("staging", staging, false), prod.clone()];
+            assert_eq!(settled(&both), expected, "staging {staging:?}");
+        }
+        assert!(!settled(&[instance("prod", Standing::Progressing, false)]));
+    }
+}
