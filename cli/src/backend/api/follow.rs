@@ -48,8 +48,15 @@ pub async fn converge(api: &Api, how: Converge<'_>) -> Result<Converged> {
         own,
     };
     loop {
-        events.show(api, &application, &how.progress).await?;
-        let rollout = api.rollout(Some(&application)).await?;
+        // A signal also ends a look that waits on a slow answer.
+        let look = async {
+            events.show(api, &application, &how.progress).await?;
+            api.rollout(Some(&application)).await
+        };
+        let rollout = tokio::select! {
+            stop = signals.next() => return Ok(stopped_by(stop, &how.progress)),
+            rollout = look => rollout?,
+        };
         if !how.watch {
             if rollout.config.as_deref() != Some(how.hash.as_str()) {
                 how.progress.finish();
@@ -73,13 +80,7 @@ pub async fn converge(api: &Api, how: Converge<'_>) -> Result<Converged> {
             }
         }
         tokio::select! {
-            stop = signals.next() => {
-                how.progress.finish();
-                return Ok(Converged {
-                    stopped: Some((stop, stopped(stop))),
-                    timed_out: None,
-                });
-            }
+            stop = signals.next() => return Ok(stopped_by(stop, &how.progress)),
             () = tokio::time::sleep(POLL) => {}
         }
     }
@@ -87,15 +88,23 @@ pub async fn converge(api: &Api, how: Converge<'_>) -> Result<Converged> {
     Ok(Converged::default())
 }
 
-/// What a signal did: nothing here runs a job, so nothing is left behind.
-fn stopped(stop: Stop) -> String {
+/// Following ended by a signal. Nothing here runs a job, so nothing is
+/// left behind: the server's engine goes on.
+fn stopped_by(stop: Stop, progress: &LiveProgress) -> Converged {
+    progress.finish();
     let how = match stop {
         Stop::Interrupt => "interrupted",
         Stop::Terminate => "terminated",
     };
-    format!(
-        "{how}: stopped following; the server's engine goes on converging (see `vergence status` and `vergence events`)"
-    )
+    Converged {
+        stopped: Some((
+            stop,
+            format!(
+                "{how}: stopped following; the server's engine goes on converging (see `vergence status` and `vergence events`)"
+            ),
+        )),
+        timed_out: None,
+    }
 }
 
 fn timed_out(timeout: Duration, instances: &[InstanceProgress]) -> String {
