@@ -23,16 +23,20 @@ mkdir -p "$LOGS"
 started=$(date +%s)
 step() { echo "== $* ($(($(date +%s) - started)) s)"; }
 
-# Python tools in their own virtualenv: cfn-lint and aws-sam-translator (the
-# SAM template, and its expansion for the deployed-stack tests) and
-# schemathesis (the served API against docs/openapi.json).
+# Python tools in their own virtualenv: cfn-lint (the SAM template),
+# schemathesis (the served API against docs/openapi.json), and moto with
+# aws-sam-translator for the deployed-stack tests (tests/stack/: the
+# template expanded and deployed into an account with IAM enforced).
+PYTHON_TOOLS=('cfn-lint==1.58.0' 'schemathesis==4.32.5' 'moto[server]==5.2.5'
+  'aws-sam-translator==1.115.0')
 install_python_tools() {
-  if [ -x "$TOOLS/py/bin/cfn-lint" ] && [ -x "$TOOLS/py/bin/schemathesis" ]; then
+  if [ -x "$TOOLS/py/bin/cfn-lint" ] && [ -x "$TOOLS/py/bin/schemathesis" ] \
+    && [ -x "$TOOLS/py/bin/moto_server" ] \
+    && "$TOOLS/py/bin/python3" -c 'import samtranslator' 2>/dev/null; then
     return
   fi
   python3 -m venv "$TOOLS/py"
-  "$TOOLS/py/bin/pip" install --quiet --disable-pip-version-check \
-    'cfn-lint==1.58.0' 'schemathesis==4.32.5'
+  "$TOOLS/py/bin/pip" install --quiet --disable-pip-version-check "${PYTHON_TOOLS[@]}"
 }
 
 # The status page's browser test (cli/tests/cli/browser.rs): Debian's

@@ -12,6 +12,7 @@
 
 pub mod faults;
 pub mod lambda;
+pub mod stack;
 pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -18,3 +18,4 @@ mod serverless_ecs;
 mod serverless_ecs_runtime;
 mod serverless_faults;
 mod serverless_notifications;
+mod stack;
