@@ -5,8 +5,10 @@
 //! answers `POST …/invocation/{id}/response` (or `/error`), asks again.
 //!
 //! One process is one execution environment: it takes one event at a time,
-//! in the order they were invoked, as Lambda's does. An invocation that
-//! outlasts the function's timeout is answered with Lambda's timeout error.
+//! in the order they were invoked, as Lambda's does; a function given a
+//! concurrency of N runs N of them against the same runtime API, as Lambda
+//! scales out. An invocation that outlasts the function's timeout is
+//! answered with Lambda's timeout error.
 //! What the process prints is kept (Lambda sends it to CloudWatch Logs).
 
 use std::collections::{HashMap, VecDeque};
@@ -40,6 +42,8 @@ pub struct FunctionSpec {
     pub timeout: Duration,
     pub memory_mb: u32,
     pub env: Vec<(String, String)>,
+    /// Execution environments (processes) taking events at once.
+    pub concurrency: usize,
 }
 
 impl FunctionSpec {
@@ -50,6 +54,7 @@ impl FunctionSpec {
             timeout: Duration::from_secs(30),
             memory_mb: 256,
             env: Vec::new(),
+            concurrency: 1,
         }
     }
 
@@ -60,6 +65,11 @@ impl FunctionSpec {
 
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    pub fn concurrency(mut self, environments: usize) -> Self {
+        self.concurrency = environments.max(1);
         self
     }
 }
@@ -109,12 +119,12 @@ impl Shared {
     }
 }
 
-/// A function process behind its runtime API; both stop when dropped.
+/// A function's processes behind its runtime API; all stop when dropped.
 pub struct LambdaFunction {
     pub name: String,
     timeout: Duration,
     shared: Arc<Shared>,
-    process: tokio::process::Child,
+    processes: Vec<tokio::process::Child>,
     server: tokio::task::JoinHandle<()>,
     next_id: std::sync::atomic::AtomicU64,
 }
@@ -149,59 +159,14 @@ impl LambdaFunction {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, routes).await;
         });
-        let mut command = tokio::process::Command::new(&spec.binary);
-        command
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", std::env::temp_dir())
-            .env("AWS_LAMBDA_RUNTIME_API", address.to_string())
-            .env("AWS_LAMBDA_FUNCTION_NAME", &spec.name)
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env(
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-                spec.memory_mb.to_string(),
-            )
-            .env(
-                "AWS_LAMBDA_LOG_GROUP_NAME",
-                format!("/aws/lambda/{}", spec.name),
-            )
-            .env("AWS_LAMBDA_LOG_STREAM_NAME", "2026/11/27/[$LATEST]local")
-            .env("AWS_REGION", REGION)
-            .env("AWS_DEFAULT_REGION", REGION)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut process = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", spec.binary.display()));
-        for stream in [
-            process
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-            process
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    shared.logs.lock().unwrap().push(line);
-                }
-            });
-        }
+        let processes = (0..spec.concurrency)
+            .map(|_| spawn(&spec, address, &shared))
+            .collect();
         Self {
             name: spec.name,
             timeout: spec.timeout,
             shared,
-            process,
+            processes,
             server,
             next_id: std::sync::atomic::AtomicU64::new(1),
         }
@@ -249,17 +214,67 @@ impl LambdaFunction {
         self.shared.logs.lock().unwrap().clone()
     }
 
-    /// Whether the process is still running.
+    /// Whether every process is still running.
     pub fn is_running(&mut self) -> bool {
-        matches!(self.process.try_wait(), Ok(None))
+        self.processes
+            .iter_mut()
+            .all(|p| matches!(p.try_wait(), Ok(None)))
     }
 }
 
 impl Drop for LambdaFunction {
     fn drop(&mut self) {
         self.server.abort();
-        let _ = self.process.start_kill();
+        for process in &mut self.processes {
+            let _ = process.start_kill();
+        }
     }
+}
+
+/// One execution environment: the function's process against the
+/// runtime API at `address`, its output kept in `shared`.
+fn spawn(spec: &FunctionSpec, address: SocketAddr, shared: &Arc<Shared>) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(&spec.binary);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::temp_dir())
+        .env("AWS_LAMBDA_RUNTIME_API", address.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", &spec.name)
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env(
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+            spec.memory_mb.to_string(),
+        )
+        .env(
+            "AWS_LAMBDA_LOG_GROUP_NAME",
+            format!("/aws/lambda/{}", spec.name),
+        )
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "2026/11/27/[$LATEST]local")
+        .env("AWS_REGION", REGION)
+        .env("AWS_DEFAULT_REGION", REGION)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut process = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", spec.binary.display()));
+    let streams: [Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>; 2] = [
+        process.stdout.take().map(|s| Box::new(s) as _),
+        process.stderr.take().map(|s| Box::new(s) as _),
+    ];
+    for stream in streams.into_iter().flatten() {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                shared.logs.lock().unwrap().push(line);
+            }
+        });
+    }
+    process
 }
 
 /// `GET …/invocation/next`: the next event, when there is one.

@@ -55,6 +55,12 @@ HTTP, on the same port as the AWS APIs
   each passed role); it is refused at the first denied one.
 - `POST /_stack/decisions/reset`: clears them.
 - `GET /_stack/stack.json`: the contract document below.
+- `POST /_stack/platform/ecs-task-stopped` `{"taskArn", "exitCode",
+  "stdout": [lines]}`: what AWS does when a job's task ends — the lines
+  in the task's awslogs stream, the task stopped, and the "ECS Task State
+  Change" event put on the default bus, where the template's rule routes
+  it by its own pattern (as the admin: this is the platform, not a
+  function).
 - `POST /moto-api/reset` is refused (409): it would delete the account
   (users, roles, the stack). Everything else under /moto-api/ is moto's.
 
@@ -205,6 +211,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -287,6 +294,13 @@ class Account:
                 return respond(start_response, "200 OK", {"reset": True})
             if path == "/_stack/stack.json" and method == "GET":
                 return respond(start_response, "200 OK", self.contract)
+            if path == "/_stack/platform/ecs-task-stopped" and method == "POST":
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                body = json.loads(environ["wsgi.input"].read(length) or b"{}")
+                try:
+                    return respond(start_response, "200 OK", self.ecs_task_stopped(body))
+                except Exception as e:  # the test shows why
+                    return respond(start_response, "500 Internal Server Error", {"error": repr(e)})
             if path.rstrip("/") == "/moto-api/reset":
                 return respond(start_response, "409 Conflict", {"error": "moto-api/reset would delete the account (users, roles, stack); restart account.py instead"})
             return app(environ, start_response)
@@ -351,6 +365,55 @@ class Account:
         )
         k = iam.create_access_key(UserName=ADMIN)["AccessKey"]
         return {"userName": ADMIN, "accessKeyId": k["AccessKeyId"], "secretAccessKey": k["SecretAccessKey"]}
+
+    # ---- the platform around a task
+
+    def ecs_task_stopped(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What AWS does when a task of a job ends, played for `taskArn`:
+        the container's output lands in its awslogs stream (the driver's
+        `prefix/container/task-id` name, from the task definition), the
+        task stops, and ECS puts an "ECS Task State Change" event on the
+        default bus, where the template's rule routes it (or not) by its
+        own pattern. `stdout` is the output's lines; `exitCode` the
+        container's exit code."""
+        ecs = self.client("ecs")
+        logs = self.client("logs")
+        events = self.client("events")
+        arn = body["taskArn"]
+        cluster = arn.split(":task/")[1].split("/")[0]
+        task = ecs.describe_tasks(cluster=cluster, tasks=[arn])["tasks"][0]
+        definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
+        container = definition["containerDefinitions"][0]
+        options = (container.get("logConfiguration") or {}).get("options") or {}
+        group = options.get("awslogs-group")
+        if group:
+            stream = f"{options.get('awslogs-stream-prefix', 'ecs')}/{container['name']}/{arn.rsplit('/', 1)[1]}"
+            try:
+                logs.create_log_group(logGroupName=group)
+            except logs.exceptions.ResourceAlreadyExistsException:
+                pass
+            logs.create_log_stream(logGroupName=group, logStreamName=stream)
+            lines = body.get("stdout") or []
+            if lines:
+                now = int(time.time() * 1000)
+                logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[{"timestamp": now, "message": line} for line in lines])
+        ecs.stop_task(cluster=cluster, task=arn, reason="Essential container in task exited")
+        for _ in range(10):  # moto moves a stopping task one state per describe
+            task = ecs.describe_tasks(cluster=cluster, tasks=[arn])["tasks"][0]
+            if task["lastStatus"] == "STOPPED":
+                break
+        detail = {
+            "taskArn": arn,
+            "clusterArn": task["clusterArn"],
+            "lastStatus": "STOPPED",
+            "desiredStatus": "STOPPED",
+            "taskDefinitionArn": task["taskDefinitionArn"],
+            "startedBy": task.get("startedBy", ""),
+            "stopCode": "EssentialContainerExited",
+            "containers": [{"name": container["name"], "exitCode": int(body.get("exitCode", 0)), "lastStatus": "STOPPED"}],
+        }
+        put = events.put_events(Entries=[{"Source": "aws.ecs", "DetailType": "ECS Task State Change", "Resources": [arn], "Detail": json.dumps(detail)}])
+        return {"stopped": task["lastStatus"], "failedEntryCount": put["FailedEntryCount"], "logGroup": group}
 
     # ---- roles, as a service assumes them
 

@@ -201,6 +201,9 @@ impl Account {
             .arg("--out")
             .arg(&out)
             .args(["--template", "template.yaml"])
+            // moto does not roll services out: each reports this many
+            // running tasks, so a deployment of up to as many completes.
+            .env("MOTO_ECS_SERVICE_RUNNING", "100")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -239,6 +242,29 @@ impl Account {
             .await
             .unwrap();
         serde_json::from_value(answer["decisions"].clone()).unwrap()
+    }
+
+    /// Plays the platform for a job's ECS task that ended: its output in
+    /// the awslogs stream, the task stopped, and ECS's task-state-change
+    /// event on the default bus, routed by the template's rule.
+    pub async fn ecs_task_stopped(&self, task_arn: &str, exit_code: i32, stdout: &[&str]) {
+        let url = format!(
+            "{}/_stack/platform/ecs-task-stopped",
+            self.contract.endpoint
+        );
+        let answer: Value = reqwest::Client::new()
+            .post(url)
+            .json(
+                &serde_json::json!({"taskArn": task_arn, "exitCode": exit_code, "stdout": stdout}),
+            )
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["failedEntryCount"], 0, "{answer}");
     }
 
     /// An SDK configuration with `keys`, against the account.

@@ -52,13 +52,17 @@ impl Stack {
             .await
             .unwrap()?;
         let contract = account.contract.clone();
-        let start = |name: &str| {
+        // As many environments as Lambda would run at once here: the api
+        // serves the CLI and an agent's long poll together; the scheduler
+        // is reserved to one; the mapping hands the worker one batch at a
+        // time.
+        let start = |name: &str, environments: usize| {
             let function = contract.function(name);
-            LambdaFunction::start(spec(&contract, name, function))
+            LambdaFunction::start(spec(&contract, name, function).concurrency(environments))
         };
-        let api = Arc::new(start("api").await);
-        let scheduler = Arc::new(start("scheduler").await);
-        let worker = Arc::new(start("worker").await);
+        let api = Arc::new(start("api", 4).await);
+        let scheduler = Arc::new(start("scheduler", 1).await);
+        let worker = Arc::new(start("worker", 1).await);
         let routes = contract
             .function("api")
             .events

@@ -51,6 +51,7 @@ runtime:
 ---
 service:
   name: web
+  application: shop
   runtime: files
 "#
         ),
@@ -102,12 +103,11 @@ fn succeeded(output: &std::process::Output, what: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_and_drift_is_healed()
-{
-    let Some(stack) = Stack::deploy(&[]).await else {
-        return;
-    };
+/// CI pushes the config and a release through the signed webhook; the
+/// schedule rolls it out to staging; prod waits for an approval given
+/// through the API; a change by hand in staging is found by a scheduled
+/// check and healed.
+async fn ci_release_approval_and_drift(stack: &Stack) {
     let dir = tempfile::tempdir().unwrap();
     let deployed = tempfile::tempdir().unwrap();
     write_config(dir.path(), deployed.path());
@@ -115,7 +115,11 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
     let ci = stack.create_token(&["--app", "shop", "--scope", "release"]);
 
     // CI: the config, then a release through the signed webhook.
-    let pushed = stack.vergence(dir.path(), &admin, &["configs", "push", "."]);
+    let pushed = stack.vergence(
+        dir.path(),
+        &admin,
+        &["configs", "push", ".", "--app", "shop"],
+    );
     succeeded(&pushed, "configs push");
     let release = stack.vergence(
         dir.path(),
@@ -133,7 +137,7 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
     succeeded(&release, "release");
 
     // The schedule finds the instances; staging converges, prod waits.
-    let instances = until(&stack, dir.path(), &admin, "staging converges on v1", |i| {
+    let instances = until(stack, dir.path(), &admin, "staging converges on v1", |i| {
         instance(i, "staging")["status"] == "CONVERGED"
             && instance(i, "prod")["status"] == "WAITING_APPROVAL"
     })
@@ -159,7 +163,7 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
         ],
     );
     succeeded(&approved, "approve");
-    until(&stack, dir.path(), &admin, "prod converges on v1", |i| {
+    until(stack, dir.path(), &admin, "prod converges on v1", |i| {
         instance(i, "prod")["status"] == "CONVERGED"
     })
     .await;
@@ -171,7 +175,7 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
     // Someone changes staging by hand: the scheduled checks find the
     // drift and the worker heals it.
     std::fs::write(deployed.path().join("staging.txt"), "by hand").unwrap();
-    until(&stack, dir.path(), &admin, "staging healed", |_| {
+    until(stack, dir.path(), &admin, "staging healed", |_| {
         std::fs::read_to_string(deployed.path().join("staging.txt")).unwrap_or_default() == "v1"
     })
     .await;
@@ -192,6 +196,313 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
         "events",
     );
     assert!(events.contains("drift"), "{events}");
+}
+
+/// An application on ECS: `web` on the first-class ECS runtime (a task
+/// definition and a service of the seeded cluster), `migrate` a custom
+/// runtime whose apply runs as a task of the `ecs` runner.
+fn write_ecs_config(dir: &Path, stack: &Stack) {
+    let seeded = &stack.contract().seeded;
+    let network = format!(
+        r#"{{"awsvpcConfiguration": {{"subnets": ["{}"], "securityGroups": ["{}"]}}}}"#,
+        seeded.subnets[0], seeded.security_groups[0]
+    );
+    std::fs::create_dir_all(dir.join("ecs")).unwrap();
+    std::fs::write(
+        dir.join("fleet.yaml"),
+        format!(
+            r#"application:
+  name: fleet
+  releaseChannels:
+    - name: prod
+      runtimes: [{{runtime: fargate}}, {{runtime: migrations}}]
+---
+runtime:
+  name: fargate
+  ecs: {{cluster: {cluster}, pollInterval: 1s, steadyStatePollInterval: 1m}}
+---
+runtime:
+  name: migrations
+  runner:
+    ecs:
+      cluster: {cluster_arn}
+      subnets: [{subnet}]
+      securityGroups: [{group}]
+      executionRoleArn: {execution}
+      taskRoleArn: {task}
+  apply:
+    taskConfig:
+      program:
+        image: registry.example.com/migrate:1
+        cmd: [migrate, up]
+---
+service:
+  name: web
+  application: fleet
+  runtime: fargate
+  ecs: {{taskDefinition: ecs/task.json, service: ecs/service.json}}
+  parameters: [{{name: image, dockerImage: {{}}, required: true}}]
+---
+service:
+  name: migrate
+  application: fleet
+  runtime: migrations
+"#,
+            cluster = seeded.ecs_cluster.name,
+            cluster_arn = seeded.ecs_cluster.arn,
+            subnet = seeded.subnets[0],
+            group = seeded.security_groups[0],
+            execution = seeded.execution_role_arn,
+            task = seeded.task_role_arn,
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ecs/task.json"),
+        r#"{"family": "fleet-web", "networkMode": "awsvpc", "requiresCompatibilities": ["FARGATE"], "cpu": "256", "memory": "512",
+  "containerDefinitions": [{"name": "web", "image": "{{.Params.image}}", "essential": true}]}
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ecs/service.json"),
+        format!(
+            r#"{{"serviceName": "fleet-web", "desiredCount": 2, "launchType": "FARGATE", "networkConfiguration": {network}}}
+"#
+        ),
+    )
+    .unwrap();
+}
+
+/// The image of the service's current task definition, as ECS has it.
+async fn service_image(ecs: &aws_sdk_ecs::Client, cluster: &str) -> Option<String> {
+    let described = ecs
+        .describe_services()
+        .cluster(cluster)
+        .services("fleet-web")
+        .send()
+        .await
+        .unwrap();
+    let definition = described.services().first()?.task_definition()?.to_owned();
+    let task = ecs
+        .describe_task_definition()
+        .task_definition(definition)
+        .send()
+        .await
+        .unwrap();
+    task.task_definition()?.container_definitions()[0]
+        .image()
+        .map(str::to_owned)
+}
+
+/// Plays every running task of the cluster to a successful end.
+async fn finish_tasks(stack: &Stack, ecs: &aws_sdk_ecs::Client, cluster: &str) -> usize {
+    let listed = ecs
+        .list_tasks()
+        .cluster(cluster)
+        .desired_status(aws_sdk_ecs::types::DesiredStatus::Running)
+        .send()
+        .await
+        .unwrap();
+    for arn in listed.task_arns() {
+        stack
+            .account
+            .ecs_task_stopped(arn, 0, &["migrated 3 tables"])
+            .await;
+    }
+    listed.task_arns().len()
+}
+
+/// The first-class ECS runtime creates its service, then updates it to
+/// the next release; a custom runtime's apply runs as an ECS task whose
+/// end comes back through the template's EventBridge rule.
+async fn ecs_runtime_and_runner(stack: &Stack) {
+    let dir = tempfile::tempdir().unwrap();
+    write_ecs_config(dir.path(), &stack);
+    let token = stack.create_token(&["--app", "fleet", "--scope", "admin"]);
+    let ecs = aws_sdk_ecs::Client::new(&stack.account.sdk_config(&stack.contract().admin).await);
+    let cluster = stack.contract().seeded.ecs_cluster.arn.clone();
+    succeeded(
+        &stack.vergence(
+            dir.path(),
+            &token,
+            &["configs", "push", ".", "--app", "fleet"],
+        ),
+        "configs push",
+    );
+    let mut tasks = 0;
+    for version in ["v1", "v2"] {
+        let image = format!("registry.example.com/web:{version}");
+        let param = format!("image={image}");
+        succeeded(
+            &stack.vergence(
+                dir.path(),
+                &token,
+                &[
+                    "--webhook-secret",
+                    WEBHOOK_SECRET,
+                    "release",
+                    "web",
+                    version,
+                    "--app",
+                    "fleet",
+                    "--param",
+                    &param,
+                ],
+            ),
+            "release web",
+        );
+        let started = Instant::now();
+        loop {
+            stack.tick().await;
+            tasks += finish_tasks(stack, &ecs, &cluster).await;
+            let output = stack.vergence(
+                dir.path(),
+                &token,
+                &["status", "--app", "fleet", "--output", "json"],
+            );
+            let json: Value = serde_json::from_str(&succeeded(&output, "status")).unwrap();
+            let instances = json["instances"].as_array().unwrap();
+            let web = instances.iter().find(|i| i["service"] == "web").unwrap();
+            let migrate = instances
+                .iter()
+                .find(|i| i["service"] == "migrate")
+                .unwrap();
+            if web["status"] == "CONVERGED"
+                && web["currentVersion"] == version
+                && migrate["status"] == "CONVERGED"
+            {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{version}: still {instances:#?}\nworker:\n{}",
+                stack.worker.logs().join("\n")
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert_eq!(service_image(&ecs, &cluster).await, Some(image));
+    }
+    assert!(tasks >= 1, "the migration ran as an ECS task");
+}
+
+/// The real vergence-agent in a (fake) cluster, polling the deployment
+/// through API Gateway with its agent token; stopped when dropped.
+struct Agent(std::process::Child);
+
+impl Agent {
+    fn start(stack: &Stack, kubeconfig: &Path, token: &str) -> Self {
+        let child =
+            std::process::Command::new(vergence_testkit::workspace_binary("vergence-agent"))
+                .args(["--api-url", &stack.gateway.url, "--agent", "prod-eu"])
+                .args(["--poll-wait-seconds", "2"])
+                .env("VERGENCE_AGENT_TOKEN", token)
+                .env("KUBECONFIG", kubeconfig)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+        Self(child)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real vergence-agent polls the api function through API Gateway
+/// and runs the job as a Kubernetes Job in its (fake) cluster.
+async fn agent_through_the_api_function(stack: &Stack) {
+    let cluster = vergence_fake_kube::FakeCluster::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("applied");
+    std::fs::write(
+        dir.path().join("batch.yaml"),
+        format!(
+            r#"application:
+  name: batch
+  releaseChannels:
+    - name: prod
+      runtimes: [{{runtime: cluster-jobs}}]
+---
+runtime:
+  name: cluster-jobs
+  runner:
+    kubernetes: {{agent: prod-eu}}
+  apply:
+    taskConfig:
+      program:
+        image: registry.example/deployer:1
+        cmd: [sh, -c, 'echo "$VERGENCE_RELEASE_CHANNEL $PVN_SERVICE_VERSION" >> {marker}']
+---
+service:
+  name: nightly
+  application: batch
+  custom: {{}}
+"#,
+            marker = marker.display()
+        ),
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\nusers: [{{name: fake, user: {{}}}}]\ncontexts: [{{name: fake, context: {{cluster: fake, user: fake, namespace: default}}}}]\ncurrent-context: fake\n",
+            cluster.url()
+        ),
+    )
+    .unwrap();
+    let token = stack.create_token(&["--app", "batch", "--scope", "admin"]);
+    let agent_token = stack.create_token(&["--agent", "prod-eu"]);
+    succeeded(
+        &stack.vergence(
+            dir.path(),
+            &token,
+            &["configs", "push", ".", "--app", "batch"],
+        ),
+        "configs push",
+    );
+    let _agent = Agent::start(stack, &kubeconfig, &agent_token);
+    let started = Instant::now();
+    loop {
+        stack.tick().await;
+        let output = stack.vergence(
+            dir.path(),
+            &token,
+            &["status", "--app", "batch", "--output", "json"],
+        );
+        let json: Value = serde_json::from_str(&succeeded(&output, "status")).unwrap();
+        let nightly = &json["instances"][0];
+        if nightly["status"] == "CONVERGED" {
+            assert_eq!(json["agents"][0]["name"], "prod-eu", "{json}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "still {json:#}\napi:\n{}",
+            stack.api.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let applied = std::fs::read_to_string(&marker).unwrap();
+    assert!(applied.starts_with("prod "), "{applied}");
+    let jobs = cluster.objects("Job", Some("default")).unwrap();
+    assert_eq!(jobs.len(), 1, "one Kubernetes Job for the apply");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_flow_runs_on_the_deployed_stack_under_the_templates_own_permissions() {
+    let Some(stack) = Stack::deploy(&[]).await else {
+        return;
+    };
+    ci_release_approval_and_drift(&stack).await;
+    ecs_runtime_and_runner(&stack).await;
+    agent_through_the_api_function(&stack).await;
 
     let permissions = stack.permissions().await;
     for (function, used) in &permissions {
@@ -199,6 +510,13 @@ async fn ci_pushes_a_release_the_schedule_rolls_it_out_an_approval_promotes_it_a
             used.denied.is_empty(),
             "{function} was refused: {:?}",
             used.denied
+        );
+    }
+    let worker = &permissions["worker"].used;
+    for action in ["ecs:CreateService", "ecs:UpdateService", "ecs:RunTask"] {
+        assert!(
+            worker.contains(action),
+            "the worker never called {action}: {worker:?}"
         );
     }
 }
