@@ -153,6 +153,11 @@ fn is_settled(
                 .and_then(|channel| by_key.get(&instance.key().in_channel(channel)));
             // Preconditions cannot form cycles; the bound is a guard.
             match upstream {
+                // The upstream channel converged, yet this one still says
+                // it waits for it: the engine has yet to look at it since
+                // (the server's engine wakes it through its queue, which
+                // this side cannot see), and it is about to move.
+                Some(upstream) if upstream.standing == Standing::Converged => false,
                 Some(upstream) => {
                     depth < 64
                         && !upstream.awaiting_engine
@@ -278,7 +283,10 @@ mod tests {
     fn a_wait_on_an_upstream_channel_is_settled_only_when_that_channel_is() {
         let prod = instance("prod", Standing::Upstream, false);
         for (staging, expected) in [
-            (Standing::Converged, true),
+            // A converged upstream lets prod move: the engine has yet to
+            // look at prod since (a race seen in `up --endpoint`, which
+            // then exited 3 with prod about to apply).
+            (Standing::Converged, false),
             (Standing::Failed, true),
             (Standing::Waiting, true),
             (Standing::Progressing, false),
