@@ -100,19 +100,46 @@ step "cfn-lint template.yaml"
 cfn-lint template.yaml
 
 # A short seeded run: config YAML, templates, fetch output (fuzz/). Its own
-# workspace and build, without the lint wrapper.
-step "fuzz"
-env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/fuzz.sh
+# workspace and build (without the lint wrapper), in the background at a
+# lower priority: it takes the CPU the tests, which mostly wait on
+# processes and servers, leave. Its output is shown at the end.
+step "fuzz, in the background"
+setsid env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS nice -n 10 scripts/fuzz.sh \
+  >"$LOGS/fuzz.log" 2>&1 &
+fuzzing=$!
+cleanup() {
+  # Its own session (setsid): the whole run, cargo and fuzzers included.
+  kill -- -"$fuzzing" 2>/dev/null || true
+  scripts/services.sh stop
+}
 
 step "starting the stand-ins"
 scripts/services.sh start
-trap 'scripts/services.sh stop' EXIT
+trap cleanup EXIT
 # shellcheck disable=SC1091
 . .tools/services.env
 export VERGENCE_REQUIRE_SERVICES=1
 
-step "cargo test --workspace"
-cargo test --workspace --locked "$@"
+# Every test of every crate in one pool (.config/nextest.toml); the doc
+# tests, which nextest does not run, after it. Without cargo-nextest (it
+# comes with this project's machines), cargo test runs the same tests.
+if cargo nextest --version >/dev/null 2>&1; then
+  step "cargo nextest run --workspace"
+  cargo nextest run --workspace --locked "$@"
+  step "cargo test --workspace --doc"
+  cargo test --workspace --locked --doc
+else
+  step "cargo test --workspace"
+  cargo test --workspace --locked "$@"
+fi
+
+step "waiting for the fuzz run"
+if ! wait "$fuzzing"; then
+  cat "$LOGS/fuzz.log" >&2
+  echo "error: fuzzing failed (its log is above and in $LOGS/fuzz.log)" >&2
+  exit 1
+fi
+grep -E '^[a-z_]+: (ok|FAILED)' "$LOGS/fuzz.log" || true
 
 # Every benchmark row once, on small inputs with the debug builds above, so
 # a benchmark that no longer runs fails here; the numbers themselves come
