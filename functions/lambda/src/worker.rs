@@ -1,7 +1,9 @@
 //! The worker: one convergence step per SQS message. Jobs of the local
 //! runner run inside the invocation, bounded well under the function's
 //! deadline, and their results go back to the step that started them,
-//! which records each and decides on it at once. Jobs of ECS and Cloud
+//! which records each and decides on it at once. A local job whose own
+//! timeout is longer than the worker can give it runs for what it can,
+//! and if it is stopped there its result says so (not a bare "timed out"). Jobs of ECS and Cloud
 //! Run runtimes are only started here: the step returns at once, and a later
 //! step reads the result.
 //!
@@ -29,14 +31,16 @@ use tracing::{Instrument, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
-use vergence_model::ports::{JobStore, Runner, Started};
-use vergence_model::{BuiltinPlatform, InstanceKey, JobHandle, JobRecord, RunnerKind};
+use vergence_model::ports::{JobResultSink, JobStore, Runner, Started};
+use vergence_model::{
+    BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult, RunnerKind,
+};
 use vergence_runner_cloud_run::CloudRunServices;
 use vergence_runner_ecs::{EcsServices, task_state_change};
 use vergence_runner_kubernetes::AgentRunner;
 use vergence_runner_local::LocalRunner;
 
-use crate::Deployment;
+use crate::{Deployment, LambdaError};
 
 /// Who the worker's own events are attributed to.
 const ACTOR: &str = "worker";
@@ -51,13 +55,62 @@ pub struct WorkerConfig {
     /// Deliveries after which SQS moves a message to the dead-letter queue
     /// (the queue's `maxReceiveCount`).
     pub max_receive_count: u32,
+    /// The function's timeout (`VERGENCE_WORKER_TIMEOUT_SECONDS`, the
+    /// stack's `WorkerTimeoutSeconds`, which is also the function's
+    /// `Timeout`): the one source of how long a local job may run here.
+    /// `None` where it is not known, and only each invocation's deadline
+    /// bounds local jobs.
+    pub function_timeout: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             max_receive_count: 5,
+            function_timeout: None,
         }
+    }
+}
+
+/// The longest timeout Lambda allows a function (15 minutes).
+const MAX_FUNCTION_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Where template.yaml gives the worker its own timeout.
+const WORKER_TIMEOUT_VAR: &str = "VERGENCE_WORKER_TIMEOUT_SECONDS";
+
+impl WorkerConfig {
+    /// The settings template.yaml gives the worker function.
+    pub fn from_env() -> Result<Self, LambdaError> {
+        Self::with_timeout_var(std::env::var(WORKER_TIMEOUT_VAR).ok().as_deref())
+    }
+
+    /// The settings, given the value of `VERGENCE_WORKER_TIMEOUT_SECONDS`.
+    fn with_timeout_var(raw: Option<&str>) -> Result<Self, LambdaError> {
+        let function_timeout = match raw {
+            Some(raw) => {
+                let invalid = |message: String| LambdaError::InvalidEnv {
+                    name: WORKER_TIMEOUT_VAR,
+                    value: raw.to_owned(),
+                    message,
+                };
+                let seconds = raw
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|e| invalid(e.to_string()))?;
+                let timeout = Duration::from_secs(seconds);
+                if timeout.is_zero() || timeout > MAX_FUNCTION_TIMEOUT {
+                    return Err(invalid(
+                        "a Lambda function's timeout is 1 to 900 seconds (the stack parameter WorkerTimeoutSeconds)".into(),
+                    ));
+                }
+                Some(timeout)
+            }
+            None => None,
+        };
+        Ok(Self {
+            function_timeout,
+            ..Self::default()
+        })
     }
 }
 
@@ -75,6 +128,28 @@ impl Worker {
             deployment,
             config,
             runner: None,
+        }
+    }
+
+    /// The longest a local job runs in this worker, in any invocation:
+    /// the function's timeout less the margin kept to record the result.
+    /// Fails when the margin leaves no time at all.
+    pub fn local_job_limit(&self) -> Result<Option<Duration>, LambdaError> {
+        let Some(timeout) = self.config.function_timeout else {
+            return Ok(None);
+        };
+        let margin = self.deployment.config.job_timeout_margin;
+        match timeout.checked_sub(margin) {
+            Some(limit) if limit >= MIN_JOB_TIME => Ok(Some(limit)),
+            _ => Err(LambdaError::InvalidEnv {
+                name: "VERGENCE_JOB_TIMEOUT_MARGIN_SECONDS",
+                value: margin.as_secs().to_string(),
+                message: format!(
+                    "the worker's timeout ({}s) less this margin leaves local jobs less than {}s",
+                    timeout.as_secs(),
+                    MIN_JOB_TIME.as_secs()
+                ),
+            }),
         }
     }
 
@@ -97,8 +172,12 @@ impl Worker {
             Some(runner) => runner.clone(),
             None => Arc::new(BoundedRunner {
                 inner: LocalRunner::inline(self.completion(), self.deployment.artifacts.clone()),
+                sink: self.completion(),
                 deadline,
                 margin: self.deployment.config.job_timeout_margin,
+                // Checked when the worker starts (main); a limit that
+                // leaves no time is as good as none here.
+                limit: self.local_job_limit().ok().flatten(),
             }),
         };
         let agents = AgentRunner::new(self.deployment.state(), self.deployment.clock.clone());
@@ -265,49 +344,224 @@ fn receive_count(message: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
-/// The local runner, with each job's timeout cut to what is left of the
-/// invocation minus a margin, so a job never outlives the function and its
-/// result is always recorded.
+/// The local runner, with each job's timeout cut to what the worker can
+/// give it — the function's timeout less a margin, and what is left of
+/// this invocation — so a job never outlives the function and its result
+/// is always recorded. A job stopped at such a cut, before its own
+/// timeout, fails saying why instead of as "timed out".
 struct BoundedRunner {
     inner: LocalRunner,
+    /// Where `dispatch` hands results: the engine takes them from `start`.
+    sink: Arc<dyn JobResultSink>,
     deadline: Option<Instant>,
+    margin: Duration,
+    /// [`Worker::local_job_limit`].
+    limit: Option<Duration>,
+}
+
+/// A job's timeout cut to what the worker can give it, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Cut {
+    /// What the job runs for here.
+    allowed: Duration,
+    /// Its own timeout.
+    configured: jiff::SignedDuration,
+    /// The function's limit for local jobs when that is what cut it,
+    /// rather than what this invocation had left.
+    by_function: Option<Duration>,
     margin: Duration,
 }
 
-impl BoundedRunner {
-    /// The job with its timeout cut to what is left of the invocation;
-    /// refused when too little is left to start it.
-    fn bounded(&self, job: &JobRecord) -> vergence_model::Result<JobRecord> {
-        let mut bounded = job.clone();
-        let Some(deadline) = self.deadline else {
-            return Ok(bounded);
+impl Cut {
+    /// The cut of a job whose own timeout is `configured`, when the
+    /// worker's `limit` for local jobs or what is `left` of the invocation
+    /// (both less the margin) is shorter.
+    fn of(
+        configured: jiff::SignedDuration,
+        limit: Option<Duration>,
+        left: Option<Duration>,
+        margin: Duration,
+    ) -> Option<Cut> {
+        let allowed = [limit, left].into_iter().flatten().min()?;
+        let allowed_signed =
+            jiff::SignedDuration::try_from(allowed).unwrap_or(jiff::SignedDuration::MAX);
+        if allowed_signed >= configured {
+            return None;
+        }
+        // A fresh invocation has a moment less than the function's limit
+        // left: that is still the function's limit at work. Much less,
+        // and the messages before this one took it.
+        let by_function = limit.filter(|limit| allowed + MIN_JOB_TIME >= *limit);
+        Some(Cut {
+            allowed,
+            configured,
+            by_function,
+            margin,
+        })
+    }
+
+    /// The result of a job stopped at the cut: the platform (the worker
+    /// function) ended it before its own timeout, and what to do about it.
+    fn explain(&self, mut result: JobResult) -> JobResult {
+        // Whole seconds, as people count them: a fresh invocation's
+        // 4m 29.9s is the function's 4m 30s.
+        let allowed = jiff::SignedDuration::from_secs(self.allowed.as_secs_f64().round() as i64);
+        let why = match self.by_function {
+            Some(limit) => format!(
+                "the longest a local job runs in the worker function (the stack parameter \
+                 WorkerTimeoutSeconds, {}s, less {}s to record the result); run it on the ecs \
+                 or cloudRun runner, shorten it, or raise WorkerTimeoutSeconds (at most 900)",
+                (limit + self.margin).as_secs(),
+                self.margin.as_secs()
+            ),
+            None => "what was left of the worker function's invocation (the messages before it \
+                     in the batch took the rest)"
+                .to_owned(),
         };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(self.margin);
-        if left < MIN_JOB_TIME {
+        result.outcome = JobOutcome::PlatformFailed {
+            message: format!(
+                "stopped after {}, before its own timeout of {}: {why}",
+                vergence_engine::human(allowed),
+                vergence_engine::human(self.configured)
+            ),
+        };
+        result
+    }
+}
+
+impl BoundedRunner {
+    /// The job with its timeout cut to what the worker can give it (and
+    /// the cut, when there was one); refused when too little is left of
+    /// this invocation to start it.
+    fn bounded(&self, job: &JobRecord) -> vergence_model::Result<(JobRecord, Option<Cut>)> {
+        let mut bounded = job.clone();
+        let left = self.deadline.map(|deadline| {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(self.margin)
+        });
+        if left.is_some_and(|left| left < MIN_JOB_TIME) {
             return Err(vergence_model::Error::Runner {
                 runner: "local".into(),
                 message: "too little time left in this invocation to start the job".into(),
             });
         }
-        let left = jiff::SignedDuration::try_from(left).unwrap_or(jiff::SignedDuration::MAX);
-        if left < bounded.spec.timeout {
-            bounded.spec.timeout = left;
-        }
-        Ok(bounded)
+        let Some(cut) = Cut::of(bounded.spec.timeout, self.limit, left, self.margin) else {
+            return Ok((bounded, None));
+        };
+        bounded.spec.timeout = jiff::SignedDuration::try_from(cut.allowed).unwrap_or_default();
+        Ok((bounded, Some(cut)))
     }
 }
 
 #[async_trait]
 impl Runner for BoundedRunner {
+    /// Runs the job as `start` does and hands its result to the sink, as
+    /// a runner that only dispatches would.
     async fn dispatch(&self, job: &JobRecord) -> vergence_model::Result<Option<JobHandle>> {
-        self.inner.dispatch(&self.bounded(job)?).await
+        match self.start(job).await? {
+            Started::Finished(result) => {
+                self.sink.job_finished(job, result).await?;
+                Ok(None)
+            }
+            Started::Running(handle) => Ok(handle),
+        }
     }
 
     /// The result comes back to the step, which records it with its next
     /// decision instead of stepping the instance again through the queue.
     async fn start(&self, job: &JobRecord) -> vergence_model::Result<Started> {
-        self.inner.start(&self.bounded(job)?).await
+        let (bounded, cut) = self.bounded(job)?;
+        Ok(match (self.inner.start(&bounded).await?, cut) {
+            (Started::Finished(result), Some(cut)) if result.outcome == JobOutcome::TimedOut => {
+                Started::Finished(cut.explain(result))
+            }
+            (started, _) => started,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use jiff::{SignedDuration, Timestamp};
+
+    use super::*;
+
+    const MARGIN: Duration = Duration::from_secs(30);
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn a_job_that_fits_is_not_cut() {
+        let five_minutes = SignedDuration::from_mins(5);
+        assert_eq!(Cut::of(five_minutes, None, None, MARGIN), None);
+        assert_eq!(
+            Cut::of(five_minutes, Some(secs(870)), Some(secs(869)), MARGIN),
+            None
+        );
+    }
+
+    #[test]
+    fn a_job_longer_than_the_worker_allows_is_cut_to_the_functions_limit_and_says_so() {
+        // WorkerTimeoutSeconds 300, a fresh invocation (a moment less left).
+        let left = Duration::from_millis(269_900);
+        let cut = Cut::of(
+            SignedDuration::from_mins(30),
+            Some(secs(270)),
+            Some(left),
+            MARGIN,
+        )
+        .unwrap();
+        assert_eq!(cut.allowed, left);
+        assert_eq!(cut.by_function, Some(secs(270)));
+        let result = JobResult::without_output(JobOutcome::TimedOut, Timestamp::UNIX_EPOCH);
+        let JobOutcome::PlatformFailed { message } = cut.explain(result).outcome else {
+            panic!("a platform failure");
+        };
+        assert_eq!(
+            message,
+            "stopped after 4m 30s, before its own timeout of 30m: the longest a local job runs in \
+             the worker function (the stack parameter WorkerTimeoutSeconds, 300s, less 30s to \
+             record the result); run it on the ecs or cloudRun runner, shorten it, or raise \
+             WorkerTimeoutSeconds (at most 900)"
+        );
+    }
+
+    #[test]
+    fn a_job_started_late_in_an_invocation_says_the_invocation_was_ending() {
+        // Earlier messages of the batch took all but 2 minutes.
+        let cut = Cut::of(
+            SignedDuration::from_mins(4),
+            Some(secs(270)),
+            Some(secs(120)),
+            MARGIN,
+        )
+        .unwrap();
+        assert_eq!((cut.allowed, cut.by_function), (secs(120), None));
+        let result = JobResult::without_output(JobOutcome::TimedOut, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            cut.explain(result).outcome.to_string(),
+            "failed on its platform: stopped after 2m, before its own timeout of 4m: what was left \
+             of the worker function's invocation (the messages before it in the batch took the rest)"
+        );
+    }
+
+    #[test]
+    fn the_worker_timeout_is_read_from_the_stack_within_lambdas_limits() {
+        let timeout = |raw| WorkerConfig::with_timeout_var(raw).map(|c| c.function_timeout);
+        assert_eq!(timeout(None).unwrap(), None);
+        assert_eq!(timeout(Some("300")).unwrap(), Some(secs(300)));
+        for wrong in ["0", "901", "5m"] {
+            let error = timeout(Some(wrong)).unwrap_err().to_string();
+            assert!(
+                error.starts_with(&format!(
+                    "environment variable VERGENCE_WORKER_TIMEOUT_SECONDS=\"{wrong}\" is invalid"
+                )),
+                "{error}"
+            );
+        }
     }
 }

@@ -9,7 +9,10 @@ use vergence_lambda::{Deployment, init_logging};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_logging();
-    let worker = Worker::new(Deployment::from_env().await?, WorkerConfig::default());
+    let worker = Worker::new(Deployment::from_env().await?, WorkerConfig::from_env()?);
+    // A timeout that leaves local jobs no time is a broken stack: say so
+    // at once rather than with the first local job.
+    worker.local_job_limit()?;
     let worker = &worker;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
         // The context's deadline is wall-clock milliseconds; steps measure
