@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
-use vergence_aws::{DynamoStore, S3ArtifactStore, SqsQueue};
+use vergence_aws::{AwsSecretReader, DynamoStore, S3ArtifactStore, SqsQueue};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::Control;
+use vergence_model::notification::SecretReader;
 use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
 use vergence_runner_cloud_run::{CloudRunClients, CloudRunRunner, CloudRunSettings};
 use vergence_runner_ecs::{EcsClients, EcsRunner, EcsSettings};
@@ -101,7 +102,16 @@ pub struct Deployment {
     pub ecs_clients: EcsClients,
     /// The Cloud Run runner, or why this deployment has none.
     pub cloud_run: Result<Arc<CloudRunRunner>, String>,
+    /// Reads the SSM parameters and Secrets Manager secrets notifications
+    /// name, when the scheduler sends them.
+    pub notification_secrets: Arc<dyn SecretReader>,
 }
+
+/// What an access-denied notification secret is told: where the
+/// scheduler's rights to read them are granted.
+const NOTIFICATION_SECRETS_GRANTED: &str = "the scheduler function may read the parameters under \
+     the stack parameter NotificationParameterPath and the secrets NotificationSecretArns lists; \
+     see docs/notifications.md";
 
 /// The environment variable holding the Google credential configuration
 /// (the stack's `GoogleCredentialConfig` parameter).
@@ -115,7 +125,12 @@ impl Deployment {
         let config = DeploymentConfig::from_env()?;
         let sdk = aws_config::defaults(BehaviorVersion::latest()).load().await;
         let path_style = std::env::var("VERGENCE_S3_PATH_STYLE").is_ok_and(|v| v == "true");
-        let deployment = Self::new(AwsClients::from_sdk(&sdk, path_style), config);
+        let secrets = AwsSecretReader::new(
+            aws_sdk_ssm::Client::new(&sdk),
+            aws_sdk_secretsmanager::Client::new(&sdk),
+        );
+        let deployment = Self::new(AwsClients::from_sdk(&sdk, path_style), config)
+            .with_notification_secrets(secrets);
         let cloud_run = cloud_run_clients().await;
         Ok(match cloud_run {
             Ok(clients) => deployment.with_cloud_run(clients),
@@ -133,6 +148,17 @@ impl Deployment {
             CloudRunRunner::new(clients, self.artifacts.clone(), CloudRunSettings::default());
         Self {
             cloud_run: Ok(Arc::new(runner)),
+            ..self
+        }
+    }
+
+    /// Notification secrets in AWS are read with `reader` (told where the
+    /// scheduler's rights come from, for access-denied failures).
+    pub fn with_notification_secrets(self, reader: AwsSecretReader) -> Self {
+        Self {
+            notification_secrets: Arc::new(
+                reader.with_access_denied_hint(NOTIFICATION_SECRETS_GRANTED),
+            ),
             ..self
         }
     }
@@ -169,6 +195,12 @@ impl Deployment {
             ecs: Arc::new(ecs),
             ecs_clients,
             cloud_run: Err(no_google_credentials()),
+            // Clients of the standard AWS environment, made when a
+            // notification first reads a secret from AWS.
+            notification_secrets: Arc::new(
+                AwsSecretReader::from_environment()
+                    .with_access_denied_hint(NOTIFICATION_SECRETS_GRANTED),
+            ),
         }
     }
 

@@ -18,4 +18,7 @@ pub enum LambdaError {
 
     #[error(transparent)]
     Core(#[from] vergence_model::Error),
+
+    #[error("cannot set up notifications: {0}")]
+    Notify(#[from] vergence_notify::NotifyError),
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
+use vergence_model::notification::SecretReader;
 
 use crate::Notifier;
 
@@ -68,13 +69,17 @@ impl Background {
 pub const LOCAL_PASS_EVERY: Duration = Duration::from_secs(1);
 
 /// A notifier that sends over HTTP and keeps its cursor in `artifacts`:
-/// what `vergence up`/`serve` and the scheduler function run.
+/// what `vergence up`/`serve` and the scheduler function run. `secrets`
+/// reads the `awsSsmParameter` and `awsSecretsManager` references of
+/// targets (the AWS SDK's reader, or [`crate::NoCloudSecrets`] in a
+/// process without it).
 pub fn http_notifier(
     store: Arc<dyn vergence_model::ports::StateStore>,
     artifacts: Arc<dyn vergence_model::ports::ArtifactStore>,
     clock: Arc<dyn vergence_model::ports::Clock>,
     compiler: Arc<dyn vergence_model::ports::Compiler>,
     public_url: Option<String>,
+    secrets: Arc<dyn SecretReader>,
 ) -> Result<Notifier, crate::NotifyError> {
     if let Some(url) = &public_url {
         let valid = ["http://", "https://"].iter().any(|scheme| {
@@ -88,7 +93,7 @@ pub fn http_notifier(
     Ok(Notifier::new(
         store,
         compiler,
-        Arc::new(crate::HttpSender::new()?),
+        Arc::new(crate::HttpSender::new()?.with_secrets(secrets)),
         Arc::new(crate::ArtifactCursorStore::new(artifacts)),
         clock,
     )
@@ -131,7 +136,8 @@ pub fn spawn_local(
     clock: Arc<dyn vergence_model::ports::Clock>,
     compiler: Arc<dyn vergence_model::ports::Compiler>,
     public_url: Option<String>,
+    secrets: Arc<dyn SecretReader>,
 ) -> Result<Background, crate::NotifyError> {
-    let notifier = http_notifier(store, artifacts, clock, compiler, public_url)?;
+    let notifier = http_notifier(store, artifacts, clock, compiler, public_url, secrets)?;
     Ok(spawn(Arc::new(notifier), LOCAL_PASS_EVERY))
 }

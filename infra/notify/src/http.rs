@@ -1,9 +1,10 @@
 //! Sends notifications over HTTP: a Slack incoming webhook's message, or
 //! a generic webhook's JSON body signed with HMAC-SHA256.
 //!
-//! Secrets (the URLs, the signing secret) are read from the environment
-//! when a message is sent, so rotating one needs no config push, and they
-//! are never stored or logged: errors name the variable, not the value.
+//! Secrets (the URLs, the signing secret) are read when a message is sent
+//! — from the environment, or from AWS through the injected
+//! [`SecretReader`] — so rotating one needs no config push, and they are
+//! never stored or logged: errors name the reference, not the value.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +14,11 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use vergence_model::SecretRef;
 use vergence_model::notification::{
-    DeliveryFailure, Notification, NotificationSender, NotificationTarget,
+    DeliveryFailure, Notification, NotificationSender, NotificationTarget, SecretReader,
 };
 
 use crate::NotifyError;
+use crate::secrets::{CachedSecrets, NoCloudSecrets, SECRET_CACHE_TTL};
 
 /// The dedup key: the event's id, the same on every attempt and redelivery.
 pub const DELIVERY_HEADER: &str = "X-Vergence-Delivery";
@@ -51,6 +53,8 @@ pub type Environment = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub struct HttpSender {
     client: reqwest::Client,
     environment: Environment,
+    /// Reads SSM parameters and Secrets Manager secrets.
+    secrets: Arc<dyn SecretReader>,
 }
 
 impl std::fmt::Debug for HttpSender {
@@ -80,7 +84,15 @@ impl HttpSender {
         Ok(Self {
             client,
             environment,
+            secrets: Arc::new(NoCloudSecrets::default()),
         })
+    }
+
+    /// Reads `awsSsmParameter` and `awsSecretsManager` references with
+    /// `reader`, each value kept for [`SECRET_CACHE_TTL`].
+    pub fn with_secrets(mut self, reader: Arc<dyn SecretReader>) -> Self {
+        self.secrets = Arc::new(CachedSecrets::new(reader, SECRET_CACHE_TTL));
+        self
     }
 
     async fn post(
@@ -139,28 +151,35 @@ fn describe(error: &reqwest::Error) -> String {
     }
 }
 
-/// Reads a secret the notifier can read: an environment variable.
-fn read_secret(
-    environment: &Environment,
-    secret: &SecretRef,
-    what: &str,
-) -> Result<String, DeliveryFailure> {
-    let permanent = |message: String| DeliveryFailure {
-        retryable: false,
-        message,
-    };
-    match secret {
-        SecretRef::FromEnv(variable) => match environment(variable) {
-            Some(value) if !value.is_empty() => Ok(value),
-            _ => Err(permanent(format!(
-                "the {what} is read from the environment variable {variable}, which is not set \
-                 where notifications are sent"
-            ))),
-        },
-        other => Err(permanent(format!(
-            "the {what} is {}, which notifications cannot read: use fromEnv",
-            other.describe()
-        ))),
+impl HttpSender {
+    /// The value of a target's secret, read now: `what` names the field
+    /// for errors, which name the reference and never the value. Only a
+    /// source that is down or throttling fails in a way worth retrying.
+    async fn read_secret(&self, secret: &SecretRef, what: &str) -> Result<String, DeliveryFailure> {
+        let failed = |retryable: bool, why: String| DeliveryFailure {
+            retryable,
+            message: format!("the {what} is {}, which {why}", secret.describe()),
+        };
+        let value = match secret {
+            SecretRef::FromEnv(variable) => (self.environment)(variable)
+                .ok_or_else(|| failed(false, "is not set where notifications are sent".into()))?,
+            SecretRef::AwsSsmParameter(_) | SecretRef::AwsSecretsManager(_) => {
+                self.secrets.read(secret).await.map_err(|failure| {
+                    failed(failure.is_retryable(), format!("cannot be read: {failure}"))
+                })?
+            }
+            SecretRef::GcpSecretManager(_) | SecretRef::KubernetesSecret { .. } => {
+                return Err(failed(
+                    false,
+                    "notifications cannot read: use fromEnv, awsSsmParameter or awsSecretsManager"
+                        .into(),
+                ));
+            }
+        };
+        if value.is_empty() {
+            return Err(failed(false, "is empty".into()));
+        }
+        Ok(value)
     }
 }
 
@@ -175,7 +194,7 @@ impl NotificationSender for HttpSender {
         let event = (EVENT_HEADER, notification.event.as_str().to_owned());
         match target {
             NotificationTarget::Slack { webhook_url } => {
-                let url = read_secret(&self.environment, webhook_url, "Slack webhook URL")?;
+                let url = self.read_secret(webhook_url, "Slack webhook URL").await?;
                 let body = serde_json::to_vec(&slack_message(notification)).unwrap_or_default();
                 self.post(&url, body, vec![delivery, event]).await
             }
@@ -183,9 +202,10 @@ impl NotificationSender for HttpSender {
                 url,
                 signing_secret,
             } => {
-                let url = read_secret(&self.environment, url, "webhook URL")?;
-                let secret =
-                    read_secret(&self.environment, signing_secret, "webhook signing secret")?;
+                let url = self.read_secret(url, "webhook URL").await?;
+                let secret = self
+                    .read_secret(signing_secret, "webhook signing secret")
+                    .await?;
                 let body = serde_json::to_vec(notification).unwrap_or_default();
                 let timestamp = jiff::Timestamp::now().as_second();
                 let signed = signature(secret.as_bytes(), timestamp, &body);
@@ -237,6 +257,8 @@ pub(crate) fn slack_message(notification: &Notification) -> serde_json::Value {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use vergence_model::notification::{SecretFailure, SecretFailureKind};
+
     use super::*;
 
     #[test]
@@ -260,17 +282,25 @@ mod tests {
         assert_ne!(signed, signature(b"other", 1_700_000_000, br#"{"a":1}"#));
     }
 
-    #[test]
-    fn a_secret_that_is_not_set_is_a_permanent_failure_naming_the_variable() {
-        let environment: Environment =
-            Arc::new(|name| (name == "HOOK_URL").then(|| "http://127.0.0.1:9".to_owned()));
+    fn sender() -> HttpSender {
+        HttpSender::reading(Arc::new(|name| {
+            (name == "HOOK_URL").then(|| "http://127.0.0.1:9".to_owned())
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_is_not_set_is_a_permanent_failure_naming_the_variable() {
         let set = SecretRef::FromEnv("HOOK_URL".to_owned());
         assert_eq!(
-            read_secret(&environment, &set, "webhook URL").unwrap(),
+            sender().read_secret(&set, "webhook URL").await.unwrap(),
             "http://127.0.0.1:9"
         );
         let secret = SecretRef::FromEnv("VERGENCE_TEST_UNSET_NOTIFY_URL".to_owned());
-        let failure = read_secret(&environment, &secret, "webhook URL").unwrap_err();
+        let failure = sender()
+            .read_secret(&secret, "webhook URL")
+            .await
+            .unwrap_err();
         assert!(!failure.retryable);
         assert!(
             failure
@@ -279,5 +309,55 @@ mod tests {
             "{}",
             failure.message
         );
+    }
+
+    /// Answers every reference with one failure.
+    struct Failing(SecretFailure);
+
+    #[async_trait]
+    impl SecretReader for Failing {
+        async fn read(&self, _: &SecretRef) -> Result<String, SecretFailure> {
+            Err(self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_aws_reference_that_fails_names_the_field_the_reference_and_the_failure() {
+        let parameter = SecretRef::AwsSsmParameter("/vergence/hook-url".into());
+        // Without a reader (a build without AWS), saying so.
+        let failure = sender()
+            .read_secret(&parameter, "webhook URL")
+            .await
+            .unwrap_err();
+        assert!(!failure.retryable);
+        assert!(
+            failure.message.starts_with(
+                "the webhook URL is SSM parameter /vergence/hook-url, which cannot be read: \
+                 not readable here: "
+            ),
+            "{}",
+            failure.message
+        );
+        // Denied: permanent; throttled: worth retrying.
+        for (kind, retryable, said) in [
+            (SecretFailureKind::AccessDenied, false, "access denied"),
+            (SecretFailureKind::NotFound, false, "not found"),
+            (SecretFailureKind::Unavailable, true, "unavailable"),
+        ] {
+            let reader = Arc::new(Failing(SecretFailure::new(kind, "the source's words")));
+            let failure = sender()
+                .with_secrets(reader)
+                .read_secret(&parameter, "webhook URL")
+                .await
+                .unwrap_err();
+            assert_eq!(failure.retryable, retryable, "{kind:?}");
+            assert_eq!(
+                failure.message,
+                format!(
+                    "the webhook URL is SSM parameter /vergence/hook-url, which cannot be read: \
+                     {said}: the source's words"
+                )
+            );
+        }
     }
 }

@@ -7,6 +7,9 @@
 //! backoff ([`HttpSender`]: Slack incoming webhooks and signed generic
 //! webhooks), and moves its cursor only after a message was delivered or
 //! given up on: delivery is at least once, with the event's id as dedup key.
+//! Targets' secrets are read when sending: from the environment, or through
+//! an injected [`vergence_model::notification::SecretReader`] (AWS, wired
+//! by the scheduler function and the CLI; this crate has no cloud SDK).
 //! [`spawn`] runs it beside `vergence up`/`serve`; the scheduler function
 //! runs one pass a minute.
 
@@ -15,6 +18,7 @@ mod cursor;
 mod error;
 mod http;
 mod notifier;
+mod secrets;
 
 pub use background::{
     Background, LOCAL_PASS_EVERY, http_notifier, pass_within, spawn, spawn_local,
@@ -25,3 +29,4 @@ pub use http::{
     DELIVERY_HEADER, Environment, HttpSender, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature,
 };
 pub use notifier::{Backoff, Notifier, PassReport};
+pub use secrets::{NoCloudSecrets, SECRET_CACHE_TTL};

@@ -260,6 +260,75 @@ pub trait NotificationSender: Send + Sync {
     ) -> std::result::Result<(), DeliveryFailure>;
 }
 
+/// Reads the value of a secret reference when a message is sent (a
+/// target's URL or signing secret), so no value is in the config, the
+/// state or the environment of the process that sends. Implemented with
+/// the AWS SDK by `vergence-aws` (SSM parameters, Secrets Manager
+/// secrets); the notifier reads `fromEnv` itself.
+#[async_trait]
+pub trait SecretReader: Send + Sync {
+    async fn read(&self, secret: &SecretRef) -> std::result::Result<String, SecretFailure>;
+}
+
+/// Why a secret's value could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretFailureKind {
+    /// Nothing in this process reads that kind of source (a build
+    /// without the AWS SDK).
+    NoReader,
+    /// The source says there is no such secret (or version).
+    NotFound,
+    /// The source refused the reader's identity (or its key).
+    AccessDenied,
+    /// Throttled, unreachable, a server error: trying again may help.
+    Unavailable,
+    /// Read, or asked for, but not usable as a value: the request was
+    /// refused as malformed, or the secret is empty, binary, or lacks the
+    /// JSON key the reference names.
+    Invalid,
+}
+
+impl SecretFailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretFailureKind::NoReader => "not readable here",
+            SecretFailureKind::NotFound => "not found",
+            SecretFailureKind::AccessDenied => "access denied",
+            SecretFailureKind::Unavailable => "unavailable",
+            SecretFailureKind::Invalid => "unusable",
+        }
+    }
+}
+
+/// A secret that could not be read: what kind of failure, and the
+/// source's own words (never the value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretFailure {
+    pub kind: SecretFailureKind,
+    pub detail: String,
+}
+
+impl SecretFailure {
+    pub fn new(kind: SecretFailureKind, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// Only a source that is down or throttling may answer differently
+    /// in a moment; the rest need someone to change something.
+    pub fn is_retryable(&self) -> bool {
+        self.kind == SecretFailureKind::Unavailable
+    }
+}
+
+impl std::fmt::Display for SecretFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.detail)
+    }
+}
+
 /// How far the notifier got: events before `since` (less a look-back) are
 /// done, and of those after it, `delivered` lists what was already handled
 /// (`rule/event id`), so an event committed late is still sent once.

@@ -120,7 +120,25 @@ pub fn start_notifier(
         local.clock.clone(),
         Arc::new(vergence_compiler::YamlCompiler),
         public_url,
+        notification_secrets(),
     )?)
+}
+
+/// Where notifications' `awsSsmParameter` and `awsSecretsManager` secrets
+/// are read: with this process's AWS credentials, loaded when one is first
+/// needed.
+#[cfg(feature = "aws")]
+fn notification_secrets() -> Arc<dyn vergence_model::notification::SecretReader> {
+    Arc::new(vergence_aws::AwsSecretReader::from_environment())
+}
+
+/// A build without the AWS SDK says so for every AWS secret.
+#[cfg(not(feature = "aws"))]
+fn notification_secrets() -> Arc<dyn vergence_model::notification::SecretReader> {
+    Arc::new(vergence_notify::NoCloudSecrets::new(
+        "this vergence was built without its `aws` feature, which reads AWS secrets: use a \
+         build with it (the default), or {fromEnv: VARIABLE}",
+    ))
 }
 
 pub async fn finish_notifier(notifier: vergence_notify::Background) {

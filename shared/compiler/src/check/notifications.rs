@@ -2,17 +2,24 @@
 //! exactly one target (`slack` or `webhook`) with every secret it needs,
 //! at least one event, and only release channels the application has.
 //!
-//! Secrets come from `fromEnv` only: they are read by the process that
-//! delivers notifications (`vergence up`/`serve`, the scheduler function),
-//! not by a runner, and that process reads its environment.
+//! Secrets are read by the process that delivers notifications (`vergence
+//! up`/`serve`, the scheduler function), not by a runner, when it sends: from
+//! its environment (`fromEnv`), or from AWS (`awsSsmParameter`,
+//! `awsSecretsManager`), so the serverless deployment needs no secret value
+//! in its template.
 
 use std::collections::BTreeSet;
 
 use super::field_path::FieldPath;
-use super::{Checker, check_env_name, unknown_name_message};
+use super::secret::given_sources;
+use super::{Checker, unknown_name_message};
 use crate::config::schema::{NotificationDoc, SecretValueDoc};
 use vergence_model::notification::{NotificationEvent, NotificationRule, NotificationTarget};
 use vergence_model::{ApplicationName, ReleaseChannelName, SecretRef, Source};
+
+/// The sources a notification's secret may name, as a hint.
+const NOTIFICATION_SOURCES: &str = "{fromEnv: VARIABLE}, {awsSsmParameter: /path/name} or \
+     {awsSecretsManager: arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME}";
 
 impl Checker<'_> {
     /// The application's notification rules; those with errors are left out
@@ -113,7 +120,9 @@ impl Checker<'_> {
         }
     }
 
-    /// A URL or signing secret: given, and read from the environment.
+    /// A URL or signing secret: given, from exactly one source the
+    /// process that delivers notifications reads itself — its environment,
+    /// or AWS (SSM Parameter Store, Secrets Manager) at delivery time.
     fn notification_secret(
         &mut self,
         source: &Source,
@@ -125,34 +134,42 @@ impl Checker<'_> {
             self.err(source, path, missing);
             return None;
         };
-        let others = [
-            ("awsSecretsManager", doc.aws_secrets_manager.is_some()),
-            ("awsSsmParameter", doc.aws_ssm_parameter.is_some()),
-            ("gcpSecretManager", doc.gcp_secret_manager.is_some()),
-            ("kubernetesSecret", doc.kubernetes_secret.is_some()),
-        ];
-        if let Some((key, _)) = others.iter().find(|(_, given)| *given) {
-            self.err(
-                source,
-                &path.key(key),
-                "notifications read their secrets from the environment of the process that \
-                 delivers them (`vergence up`/`serve`, the scheduler function): write {fromEnv: VARIABLE}",
-            );
-            return None;
-        }
-        let Some(variable) = &doc.from_env else {
-            self.err(
-                source,
-                path,
-                "give the secret a source: {fromEnv: VARIABLE}, an environment variable of the \
-                 process that delivers notifications",
-            );
-            return None;
+        let given = given_sources(doc);
+        let (key, parsed) = match given.as_slice() {
+            [(key, parsed)] => (*key, parsed.clone()),
+            [] => {
+                self.err(
+                    source,
+                    path,
+                    format!("give the secret a source: {NOTIFICATION_SOURCES}"),
+                );
+                return None;
+            }
+            several => {
+                let keys: Vec<&str> = several.iter().map(|(key, _)| *key).collect();
+                let message = format!(
+                    "a secret has exactly one source; found {}: keep one",
+                    keys.join(" and ")
+                );
+                self.err(source, path, message);
+                return None;
+            }
         };
-        match check_env_name(variable) {
-            Ok(()) => Some(SecretRef::FromEnv(variable.clone())),
-            Err(e) => {
-                self.err(source, &path.key("fromEnv"), e);
+        let source_path = path.key(key);
+        match parsed {
+            Ok(SecretRef::GcpSecretManager(_) | SecretRef::KubernetesSecret { .. }) => {
+                let message = format!(
+                    "{key} is read by the runner whose jobs use it, and notifications are sent by \
+                     `vergence up`/`serve` or the scheduler function, which do not read it: write \
+                     {NOTIFICATION_SOURCES}"
+                );
+                self.err(source, &source_path, message);
+                None
+            }
+            Ok(secret) => Some(secret),
+            Err((field, e)) => {
+                let path = field.map_or(source_path.clone(), |f| source_path.key(f));
+                self.err(source, &path, e);
                 None
             }
         }

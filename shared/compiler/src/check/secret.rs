@@ -83,10 +83,12 @@ impl Checker<'_> {
 
 /// A secret source that could not be read: the field under the source's
 /// key it is about (`name` of a kubernetesSecret), and why.
-type SourceError = (Option<&'static str>, String);
+pub(super) type SourceError = (Option<&'static str>, String);
 
 /// Each source the value gives, by key, read into a [`SecretRef`].
-fn given_sources(doc: &SecretValueDoc) -> Vec<(&'static str, Result<SecretRef, SourceError>)> {
+pub(super) fn given_sources(
+    doc: &SecretValueDoc,
+) -> Vec<(&'static str, Result<SecretRef, SourceError>)> {
     let whole = |e: String| (None, e);
     let text = |value: &Option<String>, read: fn(&str) -> Result<SecretRef, String>| {
         value.as_deref().map(|raw| read(raw).map_err(whole))

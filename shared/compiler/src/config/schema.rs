@@ -370,16 +370,20 @@ pub struct ParameterValueDoc {
 }
 
 /// A secret's source, as a service gives it for a runtime's `secret`
-/// parameter: exactly one of these keys (checked by the checker, so every
-/// mistake is reported with the others).
+/// parameter, or a notification for its URL and signing secret: exactly
+/// one of these keys (checked by the checker, so every mistake is reported
+/// with the others).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretValueDoc {
-    /// An environment variable of the process running the local runner.
+    /// An environment variable of the process running the local runner
+    /// (or sending notifications).
     pub from_env: Option<String>,
-    /// A Secrets Manager secret ARN (read by ECS).
+    /// A Secrets Manager secret ARN (read by ECS, and by whatever sends
+    /// notifications, when it sends).
     pub aws_secrets_manager: Option<String>,
-    /// An SSM parameter ARN or name (read by ECS).
+    /// An SSM parameter ARN or name (read by ECS, and by whatever sends
+    /// notifications, when it sends).
     pub aws_ssm_parameter: Option<String>,
     /// `projects/P/secrets/S/versions/V` (read by Cloud Run).
     pub gcp_secret_manager: Option<String>,

@@ -21,11 +21,16 @@ fn slack_and_webhook_notifications_compile_into_rules() {
         signingSecret: {fromEnv: PAGER_SECRET}
       on: [rolledBack, driftDetected, blocked]
       releaseChannels: [prod]
+    - name: from-aws
+      webhook:
+        url: {awsSsmParameter: /vergence/hook-url}
+        signingSecret: {awsSecretsManager: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf:signing::"}
+      on: [failed]
 "#,
     );
     let model = check(&bundle(&[("seed.yaml", SEED), ("app.yaml", &app)])).unwrap();
     let rules = CompiledConfig::notifications(&model);
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].name, "team-chat");
     assert_eq!(
         rules[0].target,
@@ -53,6 +58,16 @@ fn slack_and_webhook_notifications_compile_into_rules() {
         rules[1].release_channels,
         Some([name::<ReleaseChannelName>("prod")].into_iter().collect())
     );
+    assert_eq!(
+        rules[2].target,
+        NotificationTarget::Webhook {
+            url: SecretRef::AwsSsmParameter("/vergence/hook-url".into()),
+            signing_secret: SecretRef::AwsSecretsManager(
+                "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf:signing::".into()
+            ),
+        },
+        "read from AWS when the message is sent"
+    );
 }
 
 #[test]
@@ -75,7 +90,12 @@ fn notification_mistakes_are_reported_with_file_line_and_field() {
     - name: neither
       on: [failed]
     - name: cloud-secret
-      slack: {webhookUrl: {awsSecretsManager: "arn:aws:secretsmanager:eu-west-1:1:secret:x"}}
+      slack: {webhookUrl: {gcpSecretManager: projects/p/secrets/hook/versions/latest}}
+      on: [failed]
+    - name: bad-references
+      webhook:
+        url: {awsSsmParameter: "hook url"}
+        signingSecret: {awsSecretsManager: hook-secret}
       on: [failed]
 "#,
     );
@@ -95,7 +115,9 @@ fn notification_mistakes_are_reported_with_file_line_and_field() {
         "app.yaml:22: application.notifications[2].on: list the events to notify about: one or more of approvalNeeded, failed, rolledBack, driftDetected, blocked, converged",
         "app.yaml:25: application.notifications[3].webhook: a notification has exactly one target; found slack and webhook",
         "app.yaml:27: application.notifications[4]: give the notification a target",
-        "app.yaml:30: application.notifications[5].slack.webhookUrl.awsSecretsManager: notifications read their secrets from the environment",
+        "app.yaml:30: application.notifications[5].slack.webhookUrl.gcpSecretManager: gcpSecretManager is read by the runner whose jobs use it",
+        "app.yaml:34: application.notifications[6].webhook.url.awsSsmParameter: \"hook url\" is not an SSM parameter",
+        "app.yaml:35: application.notifications[6].webhook.signingSecret.awsSecretsManager: \"hook-secret\" is not a Secrets Manager secret ARN",
     ];
     for want in expected {
         assert!(

@@ -28,15 +28,16 @@ pub struct NotificationDoc {
     pub release_channels: Option<Vec<ReleaseChannelName>>,
 }
 
-/// `slack: {webhookUrl: {fromEnv: VARIABLE}}`.
+/// `slack: {webhookUrl: SECRET}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SlackNotificationDoc {
-    /// The incoming webhook's URL: a secret, e.g. `{fromEnv: SLACK_WEBHOOK_URL}`.
+    /// The incoming webhook's URL: a secret, e.g. `{fromEnv: SLACK_WEBHOOK_URL}`
+    /// or `{awsSsmParameter: /vergence/slack-url}`.
     pub webhook_url: Option<SecretValueDoc>,
 }
 
-/// `webhook: {url: {fromEnv: …}, signingSecret: {fromEnv: …}}`.
+/// `webhook: {url: SECRET, signingSecret: SECRET}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookNotificationDoc {
