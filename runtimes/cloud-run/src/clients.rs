@@ -6,11 +6,15 @@
 //! names an external-account credential file, and the client exchanges the
 //! worker role's AWS credentials (from the Lambda environment) for a Google
 //! token, so the deployment stores no Google key (docs/runners/cloud-run.md).
+//! Credentials whose token exchange fails for good are made again on a later
+//! use, after a backoff (`credentials.rs`), not kept failed for the life of
+//! the process.
 
 use google_cloud_auth::credentials::{self, Credentials};
 use google_cloud_logging_v2::client::LoggingServiceV2;
 use google_cloud_run_v2::client::{Executions, Jobs, Services, Tasks};
 
+use crate::credentials::{Make, RenewBackoff, Renewing};
 use crate::error::CloudRunError;
 
 /// The clients of one runner.
@@ -48,10 +52,13 @@ impl CloudRunClients {
     /// named by `GOOGLE_APPLICATION_CREDENTIALS`. Credentials are loaded
     /// here, so a missing or malformed configuration fails at startup.
     pub async fn from_application_default_credentials() -> Result<Self, CloudRunError> {
-        let credentials = credentials::Builder::default()
-            .build()
-            .map_err(CloudRunError::Credentials)?;
-        Self::build(None, credentials).await
+        // Made again after a failure, the file (or the metadata server)
+        // is read again.
+        let build = || credentials::Builder::default().build();
+        let first = build().map_err(CloudRunError::Credentials)?;
+        let make: Make = Box::new(move || build().map_err(|e| e.to_string()));
+        let credentials = Renewing::new(first, make, RenewBackoff::default());
+        Self::build(None, Credentials::from(credentials)).await
     }
 
     /// Clients for the public Google endpoints with the credentials of a
@@ -81,10 +88,11 @@ impl CloudRunClients {
             }
             None => return Err(invalid("it has no \"type\"".into())),
         }
-        let credentials = credentials::external_account::Builder::new(config)
-            .build()
-            .map_err(|e| invalid(e.to_string()))?;
-        Self::build(None, credentials).await
+        let build = move || credentials::external_account::Builder::new(config.clone()).build();
+        let first = build().map_err(|e| invalid(e.to_string()))?;
+        let make: Make = Box::new(move || build().map_err(|e| e.to_string()));
+        let credentials = Renewing::new(first, make, RenewBackoff::default());
+        Self::build(None, Credentials::from(credentials)).await
     }
 
     /// Clients that send both APIs to `endpoint` (an emulator or a test

@@ -21,6 +21,7 @@
 //! runners.
 
 mod clients;
+mod credentials;
 mod error;
 mod executions;
 mod jobs;
