@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use vergence_model::Version;
+use vergence_model::{DeploymentTarget, Version};
 use vergence_runner_local::ContainerEngine;
 
 #[derive(Debug, Parser)]
@@ -93,7 +93,7 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check the config; exit 0 if valid, 1 with every error.
-    Validate,
+    Validate(ValidateArgs),
     /// Print the JSON Schema of a config document, for editors.
     ///
     /// Generated from the config's types. Put it next to your config
@@ -142,6 +142,34 @@ pub enum Command {
     Configs(ConfigsCommand),
     /// Print a shell completion script: `vergence completions bash`.
     Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The deployment the config is for: `serverless` also refuses jobs
+    /// of the local runner that the worker function cannot start (an
+    /// image; a file or directory of the config directory).
+    #[arg(long, value_enum, default_value_t = Target::Local)]
+    pub target: Target,
+}
+
+/// A kind of deployment, as `--target` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    /// `vergence up` and `vergence serve`: local jobs run here, in the
+    /// config directory.
+    Local,
+    /// The Lambda functions: local jobs run inside the worker function.
+    Serverless,
+}
+
+impl From<Target> for DeploymentTarget {
+    fn from(target: Target) -> Self {
+        match target {
+            Target::Local => DeploymentTarget::Local,
+            Target::Serverless => DeploymentTarget::Serverless,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

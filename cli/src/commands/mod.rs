@@ -25,7 +25,7 @@ use anyhow::{Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::{ApplyReport, PauseAction};
 use vergence_model::ports::{CompiledConfig, Compiler, InstanceFilter, StateStore};
-use vergence_model::{ConfigBundle, ConfigError, ConfigPart};
+use vergence_model::{ConfigBundle, ConfigError, ConfigPart, DeploymentTarget};
 
 use crate::args::{Command, Filter, Global};
 use crate::backend::api::Api;
@@ -36,7 +36,7 @@ use crate::backend::{Access, Backend, InvalidConfig};
 pub async fn run(global: &Global, command: &Command) -> Result<u8> {
     let ctx = Context { global };
     match command {
-        Command::Validate => validate::validate(global),
+        Command::Validate(args) => validate::validate(global, args),
         Command::Schema => validate::schema(),
         Command::Completions(args) => validate::completions(args),
         Command::Serve(args) => serve::run(&ctx, args).await,
@@ -197,9 +197,10 @@ fn compile(bundle: &ConfigBundle) -> Result<Option<Arc<dyn CompiledConfig>>> {
     }
 }
 
-/// Says, on stderr, which job programs will not be found as written.
-fn warn_of_bare_scripts(model: &dyn CompiledConfig, bundle: &ConfigBundle, dir: &Path) {
-    for warning in crate::lint::bare_scripts(model, bundle, dir) {
+/// Says, on stderr, which job programs will not be found as written
+/// where `target` runs them.
+fn warn_of_bare_scripts(model: &dyn CompiledConfig, dir: &Path, target: DeploymentTarget) {
+    for warning in crate::lint::bare_scripts(model, dir, target) {
         eprintln!("{warning}");
     }
 }

@@ -65,6 +65,8 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
             local.clock.clone(),
             vergence_api::ApiConfig {
                 webhook_secret: global.webhook_secret.clone(),
+                // Its local jobs run here, in the config directory.
+                target: vergence_model::DeploymentTarget::Local,
                 ..vergence_api::ApiConfig::default()
             },
         )

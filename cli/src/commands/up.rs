@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use vergence_api::wire::InstanceProgress;
 use vergence_model::ports::InstanceFilter;
-use vergence_model::{EventFilter, Status};
+use vergence_model::{DeploymentTarget, EventFilter, Status};
 
 use super::{Context, apply_summary, compile, config_rejected, load_bundle, warn_of_bare_scripts};
 use crate::args::UpArgs;
@@ -31,7 +31,7 @@ pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
-    warn_of_bare_scripts(model.as_ref(), &bundle, &global.config);
+    warn_of_bare_scripts(model.as_ref(), &global.config, DeploymentTarget::Local);
     let backend = ctx.backend(Access::Create)?;
     // Locally the jobs run here, and `up` ends when nothing can move; a
     // server's engine is waited for, at most this long.

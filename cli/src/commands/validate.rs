@@ -4,16 +4,24 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use super::{compile, load_bundle, valid_summary, warn_of_bare_scripts};
-use crate::args::{CompletionsArgs, Global};
+use super::{compile, load_bundle, print_config_errors, valid_summary, warn_of_bare_scripts};
+use crate::args::{CompletionsArgs, Global, ValidateArgs};
 
-/// `vergence validate`: checks the config in `--config`, stores nothing.
-pub fn validate(global: &Global) -> Result<u8> {
+/// `vergence validate`: checks the config in `--config` for the deployment
+/// `--target` names, stores nothing. A serverless API refuses the same
+/// configs, with the same errors.
+pub fn validate(global: &Global, args: &ValidateArgs) -> Result<u8> {
     let bundle = load_bundle(&global.config)?;
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
-    warn_of_bare_scripts(model.as_ref(), &bundle, &global.config);
+    let target = args.target.into();
+    let refused = model.target_errors(target);
+    if !refused.is_empty() {
+        print_config_errors(&refused.0);
+        return Ok(1);
+    }
+    warn_of_bare_scripts(model.as_ref(), &global.config, target);
     println!(
         "{}",
         valid_summary(

@@ -19,6 +19,7 @@ mod quickstart;
 mod reliability;
 mod scale;
 mod serve;
+mod targets;
 mod terraform;
 mod up_remote;
 mod watch;

@@ -47,13 +47,15 @@ where
 /// The HTTP API over a deployment, as the `api` function serves it, with
 /// the agent routes (`vergence-agent` long-polls here).
 /// `VERGENCE_WEBHOOK_SECRET` (when not empty) makes webhooks require a
-/// signature.
+/// signature. Configs are checked for the serverless deployment: its
+/// worker runs local jobs with no config directory and no container engine.
 pub fn api_router(deployment: &Deployment) -> vergence_api::Router {
     let webhook_secret = std::env::var("VERGENCE_WEBHOOK_SECRET")
         .ok()
         .filter(|s| !s.is_empty());
     let config = vergence_api::ApiConfig {
         webhook_secret,
+        target: vergence_model::DeploymentTarget::Serverless,
         ..vergence_api::ApiConfig::default()
     };
     let completion = vergence_engine::JobCompletion::new(

@@ -27,6 +27,7 @@ pub mod wire;
 use std::sync::Arc;
 
 use vergence_engine::control::Control;
+use vergence_model::DeploymentTarget;
 use vergence_model::ports::{AgentDesk, Clock, StateStore};
 
 pub use alertmanager::vergence_alert_name;
@@ -50,6 +51,11 @@ pub struct ApiConfig {
     /// When set, webhook routes (releases, Alertmanager) also require an
     /// `X-Vergence-Signature` HMAC of the body with this secret.
     pub webhook_secret: Option<String>,
+    /// The deployment this API serves: its config pushes are refused when
+    /// it could not start their jobs (for a serverless one, local jobs
+    /// with an image or a file of the config directory). Set by whatever
+    /// wires the API, which knows where its jobs run.
+    pub target: DeploymentTarget,
 }
 
 impl Default for ApiConfig {
@@ -57,6 +63,7 @@ impl Default for ApiConfig {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             webhook_secret: None,
+            target: DeploymentTarget::Local,
         }
     }
 }
@@ -70,6 +77,7 @@ impl std::fmt::Debug for ApiConfig {
                 "webhook_secret",
                 &self.webhook_secret.as_ref().map(|_| "<redacted>"),
             )
+            .field("target", &self.target)
             .finish()
     }
 }

@@ -10,9 +10,9 @@ use jiff::SignedDuration;
 use super::template::Template;
 use vergence_model::error::{Error, Result};
 use vergence_model::{
-    ApplicationName, DriftPolicy, FetchMode, InstanceKey, Lifecycle, ParamValue, Precondition,
-    ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec, RunnerUse, RuntimeName, SecretRef,
-    ServiceName, TimeWindows,
+    ApplicationName, ConfigErrors, DriftPolicy, FetchMode, InstanceKey, Lifecycle, LocalProgram,
+    ParamValue, Precondition, ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec,
+    RunnerUse, RuntimeName, SecretRef, ServiceName, TimeWindows,
 };
 
 /// A config that passed every check.
@@ -26,6 +26,11 @@ pub struct ConfigModel {
     pub protections: BTreeMap<ProtectionName, Protection>,
     /// Every runner the config names, with where, in file and line order.
     pub runner_uses: Vec<RunnerUse>,
+    /// The program of every local job, in file and line order.
+    pub local_programs: Vec<LocalProgram>,
+    /// What stops local jobs from starting in a serverless deployment, in
+    /// file and line order.
+    pub serverless_errors: ConfigErrors,
     /// Every file with the applications it concerns, for splitting the
     /// config into per-application parts.
     pub file_applications: BTreeMap<String, BTreeSet<ApplicationName>>,

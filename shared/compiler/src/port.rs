@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use vergence_model::ports::{CompiledConfig, Compiler};
 use vergence_model::{
-    ApplicationName, ConfigBundle, Desired, Error, InstanceKey, ParamValue, Release,
-    ReleaseChannelName, Result, RunnerUse, ServiceName,
+    ApplicationName, ConfigBundle, ConfigErrors, DeploymentTarget, Desired, Error, InstanceKey,
+    LocalProgram, ParamValue, Release, ReleaseChannelName, Result, RunnerUse, ServiceName,
 };
 
 use crate::model::ConfigModel;
@@ -79,6 +79,17 @@ impl CompiledConfig for ConfigModel {
 
     fn runner_uses(&self) -> Vec<RunnerUse> {
         self.runner_uses.clone()
+    }
+
+    fn target_errors(&self, target: DeploymentTarget) -> ConfigErrors {
+        match target {
+            DeploymentTarget::Local => ConfigErrors::default(),
+            DeploymentTarget::Serverless => self.serverless_errors.clone(),
+        }
+    }
+
+    fn local_programs(&self) -> Vec<LocalProgram> {
+        self.local_programs.clone()
     }
 
     fn file_applications(&self) -> BTreeMap<String, BTreeSet<ApplicationName>> {

@@ -14,6 +14,7 @@ mod ecs;
 mod kubernetes;
 mod notifications;
 mod runners;
+mod serverless;
 mod terraform;
 
 pub(crate) const SEED: &str = r#"runtime:

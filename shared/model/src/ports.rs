@@ -17,9 +17,10 @@ use crate::agent::protocol::{AgentReport, PollRequest, ReportAnswer, Task};
 use crate::bundle::ConfigBundle;
 use crate::error::Result;
 use crate::{
-    AgentName, AgentState, AgentWork, AlertState, ApiToken, ApplicationName, Approval, Desired,
-    Event, EventFilter, InstanceKey, InstanceRecord, JobHandle, JobId, JobRecord, JobResult,
-    ParamValue, Release, ReleaseChannelName, RunnerSpec, RunnerUse, ServiceName, TokenSubject,
+    AgentName, AgentState, AgentWork, AlertState, ApiToken, ApplicationName, Approval,
+    ConfigErrors, DeploymentTarget, Desired, Event, EventFilter, InstanceKey, InstanceRecord,
+    JobHandle, JobId, JobRecord, JobResult, LocalProgram, ParamValue, Release, ReleaseChannelName,
+    RunnerSpec, RunnerUse, ServiceName, TokenSubject,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -66,6 +67,16 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
     /// runtime's runner, in file and line order. A command can warn about
     /// the kinds its deployment has no runner for before any job is due.
     fn runner_uses(&self) -> Vec<RunnerUse>;
+    /// What stops jobs of the config from starting on `target`, each at
+    /// the field that makes it so, in file and line order: for a
+    /// serverless deployment, jobs of the local runner that need an image
+    /// or the config directory, which the worker function has neither of.
+    /// Empty for a local deployment. A config with such errors is refused
+    /// where it would run on `target`, as an invalid one is.
+    fn target_errors(&self, target: DeploymentTarget) -> ConfigErrors;
+    /// The program of every job of the local runner, as written, in file
+    /// and line order.
+    fn local_programs(&self) -> Vec<LocalProgram>;
     /// Every file of the bundle with the applications it concerns: their
     /// documents and services, the runtimes and protections they use, the
     /// files their services name. A config is split into per-application

@@ -189,6 +189,51 @@ impl fmt::Display for RunnerUser {
     }
 }
 
+/// The kind of deployment a config is checked for: where the jobs of its
+/// local runner would run. Which jobs can start depends on it, so the same
+/// config can be valid for one and not the other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeploymentTarget {
+    /// `vergence up` and `vergence serve`: local jobs run on the machine of
+    /// the config directory, in it, with docker or podman for images.
+    #[default]
+    Local,
+    /// The Lambda functions: local jobs run inside the worker function,
+    /// which has no config directory and no container engine.
+    Serverless,
+}
+
+impl DeploymentTarget {
+    /// The name used on the command line (`--target serverless`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentTarget::Local => "local",
+            DeploymentTarget::Serverless => "serverless",
+        }
+    }
+}
+
+impl fmt::Display for DeploymentTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The program of a job of the local runner as written, and where: what
+/// a command reads to warn about programs that will not be found.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LocalProgram {
+    /// `cmd[0]` as written, its templates not rendered.
+    pub program: String,
+    /// Whether it runs in a container of the program's image.
+    pub in_container: bool,
+    /// The job's working directory, relative to the config directory
+    /// (`""` at its top).
+    pub working_dir: String,
+    /// Where `cmd[0]` is written.
+    pub at: ConfigLocation,
+}
+
 /// Where a secret's value comes from. Vergence stores only this reference;
 /// the value is resolved where the job runs, never stored or logged, and
 /// never put on a command line. Each runner reads the sources its platform

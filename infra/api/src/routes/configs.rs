@@ -4,7 +4,9 @@
 //! `GET /v1/applications/{app}/configs` lists the versions of an
 //! application's part and `POST /v1/applications/{app}/configs/rollback`
 //! brings an earlier one back. Who may push what is decided by the parts a
-//! push changes (docs/per-application-configs.md).
+//! push changes (docs/per-application-configs.md). A deployment refuses,
+//! as invalid, a config whose jobs it could not start
+//! ([`ApiConfig::target`](crate::ApiConfig::target)).
 
 use std::path::{Component, Path};
 
@@ -64,6 +66,7 @@ pub(super) async fn push(
             .prepare_push(&bundle, application.as_ref(), None)
             .await?;
         authorize_push(&caller, &prepared)?;
+        runs_here(&api, &prepared)?;
         return Ok(Json(ValidationReport::of(prepared.model().as_ref())).into_response());
     }
     let report = api
@@ -73,7 +76,7 @@ pub(super) async fn push(
             application.as_ref(),
             &caller.actor(),
             None,
-            |prepared| authorize_push(&caller, prepared),
+            |prepared| authorize_and_check(&api, &caller, prepared),
         )
         .await?;
     Ok(Json(report).into_response())
@@ -113,6 +116,7 @@ pub(super) async fn plan(
         .prepare_push(&bundle, application.as_ref(), None)
         .await?;
     authorize_push(&caller, &prepared)?;
+    runs_here(&api, &prepared)?;
     let model = prepared.model();
     let entries = api.control.plan(model.as_ref()).await?;
     Ok(Json(PlanResponse {
@@ -272,10 +276,33 @@ pub(super) async fn rollback(
             &application,
             rollback.to.as_deref(),
             &caller.actor(),
-            |prepared| authorize_push(&caller, prepared),
+            |prepared| authorize_and_check(&api, &caller, prepared),
         )
         .await?;
     Ok(Json(report).into_response())
+}
+
+/// A push the caller may make, of a config this deployment can run.
+fn authorize_and_check(
+    api: &ApiState,
+    caller: &Caller,
+    prepared: &PreparedPush,
+) -> Result<(), ApiError> {
+    authorize_push(caller, prepared)?;
+    runs_here(api, prepared)
+}
+
+/// A config whose jobs the deployment this API serves could not start is
+/// refused as an invalid one is: 400 `invalidConfig` with every error at
+/// its file and line, nothing stored. Checked after the caller is known to
+/// be allowed the push, so others learn nothing of its jobs.
+fn runs_here(api: &ApiState, prepared: &PreparedPush) -> Result<(), ApiError> {
+    let errors = prepared.target_errors(api.config.target);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(vergence_model::Error::Config(errors).into())
+    }
 }
 
 /// The bundle of an upload: relative `*.yaml`/`*.yml`/`*.json` paths only, so a

@@ -14,5 +14,6 @@ mod openapi;
 mod operations;
 mod reads;
 mod scopes;
+mod targets;
 mod tokens;
 mod ui;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
+use super::serverless::LocalJob;
 use super::{Checker, check_env_name, unknown_param_message};
 use crate::config::schema::{ProgramDoc, TaskConfigDoc};
 use crate::model::{JobTemplate, ParamDecl, ParamKind};
@@ -24,6 +25,8 @@ pub(super) struct ConstantUse {
 pub(super) struct JobInput<'i> {
     /// Where the job is written; its program is under `taskConfig.program`.
     pub(super) path: FieldPath,
+    /// What the job is to its owner, for messages: `apply`, `check`.
+    pub(super) name: &'i str,
     pub(super) task: &'i TaskConfigDoc,
     /// The kind of runner it runs on (in every release channel: an
     /// override changes settings, not the kind).
@@ -89,6 +92,15 @@ impl Checker<'_> {
             )
         });
         let env = self.job_env(source, &input, &program_path, constant_uses);
+        if input.runner == RunnerKind::Local {
+            let job = LocalJob {
+                what: format!("the {} of {}", input.name, input.owner),
+                program_path: &program_path,
+                program,
+                dir: input.dir,
+            };
+            self.local_job(source, &job);
+        }
         (self.errors.len() == before).then(|| JobTemplate {
             image,
             cmd,

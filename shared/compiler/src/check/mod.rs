@@ -11,6 +11,7 @@
 
 mod application;
 mod cloud_run;
+mod command_files;
 mod ecs;
 mod field_path;
 mod job;
@@ -24,6 +25,7 @@ mod runner;
 mod runner_fields;
 mod runtime;
 mod secret;
+mod serverless;
 mod service;
 mod terraform;
 
@@ -41,8 +43,8 @@ use runner::RuntimeRunner;
 use runtime::RuntimeSource;
 use vergence_model::diagnostics::suggest;
 use vergence_model::{
-    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ProtectionName, RunnerUse,
-    RuntimeName, Source,
+    ApplicationName, ConfigBundle, ConfigError, ConfigErrors, ConfigLocation, LocalProgram,
+    ProtectionName, RunnerUse, RuntimeName, Source,
 };
 
 /// Timeout of fetch and getInfo jobs and of protection checks, unless set.
@@ -60,6 +62,8 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
         runtime_sources: HashMap::new(),
         protections: BTreeMap::new(),
         runner_uses: Vec::new(),
+        local_programs: Vec::new(),
+        serverless_errors: Vec::new(),
     };
     let model = checker.build(bundle, &documents);
     if checker.errors.is_empty() {
@@ -94,6 +98,10 @@ struct Checker<'a> {
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
     protections: BTreeMap<ProtectionName, Protection>,
     runner_uses: Vec<RunnerUse>,
+    /// Every program of a local job, as written.
+    local_programs: Vec<LocalProgram>,
+    /// What stops local jobs from starting in a serverless deployment.
+    serverless_errors: Vec<ConfigError>,
 }
 
 impl<'a> Checker<'a> {
@@ -137,9 +145,9 @@ impl<'a> Checker<'a> {
             self.service(service, &mut apps, &runtimes);
         }
         let mut runner_uses = std::mem::take(&mut self.runner_uses);
-        runner_uses.sort_by(|a, b| {
-            (&a.at.file, a.at.line, &a.at.path).cmp(&(&b.at.file, b.at.line, &b.at.path))
-        });
+        sort_by_place(&mut runner_uses, |u| &u.at);
+        let mut local_programs = std::mem::take(&mut self.local_programs);
+        sort_by_place(&mut local_programs, |p| &p.at);
         let mut model = ConfigModel {
             hash: bundle.hash(),
             root: bundle.root.clone(),
@@ -147,6 +155,8 @@ impl<'a> Checker<'a> {
             runtimes,
             protections: std::mem::take(&mut self.protections),
             runner_uses,
+            local_programs,
+            serverless_errors: ConfigErrors(std::mem::take(&mut self.serverless_errors)).sorted(),
             file_applications: BTreeMap::new(),
         };
         model.file_applications = parts::file_applications(bundle, documents, &model);
@@ -185,6 +195,14 @@ impl<'a> Checker<'a> {
         }
         by_kind
     }
+}
+
+/// Sorts what was found by where it is written: file, line, field path.
+fn sort_by_place<T>(items: &mut [T], at: impl Fn(&T) -> &ConfigLocation) {
+    items.sort_by(|a, b| {
+        let (a, b) = (at(a), at(b));
+        (&a.file, a.line, &a.path).cmp(&(&b.file, b.line, &b.path))
+    });
 }
 
 /// "unknown parameter" for a template reference; `owner` is who declares

@@ -35,6 +35,7 @@ impl<'a> Checker<'a> {
                 let runner = self.runner(source, &root, doc.runner.as_ref(), by);
                 let input = JobInput {
                     path: root.clone(),
+                    name: "check",
                     task,
                     runner: doc
                         .runner

@@ -56,13 +56,14 @@ impl RuntimeJobs<'_> {
     /// The input for the job written under `key` (`apply`, `fetch`, `getInfo`).
     fn input<'i>(
         &'i self,
-        key: &str,
+        key: &'i str,
         task: &'i TaskConfigDoc,
         timeout: SignedDuration,
         outputs: &'i [String],
     ) -> JobInput<'i> {
         JobInput {
             path: self.root.key(key),
+            name: key,
             task,
             runner: self.runner,
             dir: self.dir,

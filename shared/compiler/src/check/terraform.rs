@@ -144,6 +144,13 @@ impl<'a> Checker<'a> {
         let (runner, kind) = self.terraform_runner(source, &root, doc, tf);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
         let module = self.terraform_module_of(source, &path, tf, kind);
+        let written = [("module", &tf.module), ("path", &tf.path)]
+            .into_iter()
+            .find_map(|(key, raw)| Some((path.key(key), raw.as_deref()?)));
+        if let (RunnerKind::Local, Some((at, raw))) = (kind, &written) {
+            let image = tf.image.as_deref();
+            self.local_terraform(source, &doc.name, (at, raw), image, &document.dir);
+        }
         let owner = format!("runtime {}", doc.name);
         let scope = TemplateScope {
             params: &params,

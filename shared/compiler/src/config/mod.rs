@@ -193,10 +193,17 @@ fn parse_file(
 /// from the directory of the service's `file`; `None` when it leaves the
 /// config directory (only what is inside is pushed with the config).
 pub(crate) fn manifests_dir(file: &str, raw: &str) -> Option<String> {
+    resolve_in(file.rsplit_once('/').map_or("", |(dir, _)| dir), raw)
+}
+
+/// A relative path written in a document, resolved from `base` (a
+/// directory relative to the config root, `""` at the top) as the local
+/// runner resolves it; `None` when it is absolute, empty or leaves the
+/// config directory.
+pub(crate) fn resolve_in(base: &str, raw: &str) -> Option<String> {
     if raw.starts_with('/') || raw.trim().is_empty() {
         return None;
     }
-    let base = file.rsplit_once('/').map_or("", |(dir, _)| dir);
     let mut parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
     for part in raw.split('/') {
         match part {

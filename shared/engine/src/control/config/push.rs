@@ -10,7 +10,9 @@ use tracing::{debug, info};
 
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{CompiledConfig, ConfigSnapshot, CurrentConfig};
-use vergence_model::{ApplicationName, ConfigBundle, ConfigPart, InstanceKey, PartOf};
+use vergence_model::{
+    ApplicationName, ConfigBundle, ConfigErrors, ConfigPart, DeploymentTarget, InstanceKey, PartOf,
+};
 
 use super::apply::ApplyReport;
 use super::parts::{changed_parts, split};
@@ -26,6 +28,9 @@ pub struct PreparedPush {
     new_parts: Vec<ConfigBundle>,
     changed: BTreeMap<ConfigPart, Vec<String>>,
     application: Option<ApplicationName>,
+    /// The files of the part a part push writes; `None` for a whole push,
+    /// which writes every file.
+    own_files: Option<BTreeSet<String>>,
     concerns: BTreeMap<String, BTreeSet<ApplicationName>>,
     current: Option<CurrentConfig>,
 }
@@ -39,6 +44,19 @@ impl PreparedPush {
     /// change (added, edited, removed, or moved to another part).
     pub fn changed(&self) -> &BTreeMap<ConfigPart, Vec<String>> {
         &self.changed
+    }
+
+    /// What stops jobs this push writes from starting on `target` (see
+    /// [`CompiledConfig::target_errors`]): those of every file for a whole
+    /// push, those of the application's own files for a part push. The
+    /// other parts stay as they were; their owners answer for them when
+    /// they push them.
+    pub fn target_errors(&self, target: DeploymentTarget) -> ConfigErrors {
+        let mut errors = self.model.target_errors(target);
+        if let Some(own) = &self.own_files {
+            errors.0.retain(|e| own.contains(&e.file));
+        }
+        errors
     }
 
     /// What a push of one application's part changes elsewhere (empty for a
@@ -229,6 +247,12 @@ impl Control {
         let concerns = model.file_applications();
         let after = split(&candidate.files, &concerns, &before);
         let changed = changed_parts(&before, &after);
+        let own_files = application.map(|application| {
+            after
+                .get(&ConfigPart::Application(application.clone()))
+                .map(|files| files.keys().cloned().collect())
+                .unwrap_or_default()
+        });
         let mut new_parts = Vec::new();
         let mut composed = candidate;
         for (part, files) in after {
@@ -260,6 +284,7 @@ impl Control {
             new_parts,
             changed,
             application: application.cloned(),
+            own_files,
             concerns,
             current,
         })
