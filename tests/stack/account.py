@@ -15,6 +15,8 @@ One long-running process:
    (`INITIAL_NO_AUTH_ACTION_COUNT=3`), every later one is authenticated
    (moto's SigV4 check; presigned URLs verified here) and authorized by a
    faithful IAM policy evaluator (policy.py, authz.py) instead of moto's;
+   an UpdateService to another task definition rolls it out as ECS does
+   (a new PRIMARY deployment of it; moto keeps the first one forever);
 2. seeds what the flows need (as the admin): an ECS cluster (`--ecs-cluster`),
    a task role and an execution role for its tasks, a notification signing
    secret in SSM Parameter Store and in Secrets Manager;
@@ -35,7 +37,10 @@ Command line (from the repository root; needs `pip install 'moto[server]==5.2.5'
 Template parameters passed by default (each can be overridden with
 `--param`, e.g. `--param EcsClusterArns=` for a stack without ECS):
 `EcsClusterArns` = the seeded cluster's ARN, `EcsPassRoleArns` = the seeded
-task and execution roles' ARNs; the others keep the template's defaults.
+task and execution roles' ARNs, `NotificationParameterPath` =
+/vergence/notifications (where the seeded parameter is) and
+`NotificationSecretArns` = the seeded secret's ARN; the others keep the
+template's defaults.
 
 HTTP, on the same port as the AWS APIs
 --------------------------------------
@@ -222,7 +227,8 @@ ACCOUNT = "123456789012"
 BOOTSTRAP_REQUESTS = 3  # CreateUser, PutUserPolicy, CreateAccessKey
 ADMIN = "admin"
 NOTIFICATION_SECRET_NAME = "vergence/notifications/signing-secret"
-NOTIFICATION_PARAMETER_NAME = "/vergence/notifications/signing-secret"
+NOTIFICATION_PARAMETER_PATH = "/vergence/notifications"
+NOTIFICATION_PARAMETER_NAME = f"{NOTIFICATION_PARAMETER_PATH}/signing-secret"
 NOTIFICATION_SECRET_VALUE = "test-notification-signing-secret"
 TASK_ROLE = "vergence-job-task"
 EXECUTION_ROLE = "vergence-job-execution"
@@ -241,6 +247,54 @@ def _prepare_environment(region: str) -> None:
     os.environ["MOTO_ALLOW_NONEXISTENT_REGION"] = "false"
 
 
+def _roll_out_service_updates() -> None:
+    """UpdateService to another task definition rolls it out, as ECS does.
+
+    moto keeps a service's first deployment forever (its task definition
+    too), so the ECS runtime's fetch, which reads the PRIMARY deployment,
+    would never see a second release. ECS starts a new PRIMARY deployment
+    of the new task definition and, once its tasks run, drops the old one;
+    here that happens at once, COMPLETED when MOTO_ECS_SERVICE_RUNNING
+    tasks cover the desired count (the harness sets it high), as moto
+    already does for CreateService.
+    """
+    from moto.ecs.models import EC2ContainerServiceBackend
+    from moto.core.utils import utcnow
+    from moto.moto_api._internal import mock_random
+
+    original = EC2ContainerServiceBackend.update_service
+    if getattr(original, "_vergence_rollout", False):
+        return
+
+    def update_service(self: Any, service_properties: dict[str, Any]) -> Any:
+        changes_definition = service_properties.get("task_definition") is not None
+        service = original(self, service_properties)
+        if changes_definition and service.deployments:
+            definition = self.describe_task_definition(service.task_definition)
+            service.task_definition = definition.arn
+            running = min(service.running_count, service.desired_count)
+            deployment_id = f"ecs-svc/{mock_random.randint(0, 32**12)}"
+            completed = running >= service.desired_count
+            now = utcnow()
+            service.deployments = [{
+                **service.deployments[0],
+                "id": deployment_id,
+                "createdAt": now,
+                "updatedAt": now,
+                "desiredCount": service.desired_count,
+                "runningCount": running,
+                "pendingCount": service.desired_count - running,
+                "rolloutState": "COMPLETED" if completed else "IN_PROGRESS",
+                "rolloutStateReason": f"ECS deployment {deployment_id} {'completed' if completed else 'in progress'}.",
+                "status": "PRIMARY",
+                "taskDefinition": definition.arn,
+            }]
+        return service
+
+    update_service._vergence_rollout = True  # type: ignore[attr-defined]
+    EC2ContainerServiceBackend.update_service = update_service  # type: ignore[method-assign]
+
+
 # ---------------------------------------------------------------- the server
 
 
@@ -257,6 +311,7 @@ class Account:
         settings.INITIAL_NO_AUTH_ACTION_COUNT = BOOTSTRAP_REQUESTS
         ActionAuthenticatorMixin.request_count = 0
         authz.install(secure_transport=secure_transport)
+        _roll_out_service_updates()
         self.region = region
         self.secure_transport = secure_transport
         self.contract: dict[str, Any] = {}
@@ -620,6 +675,8 @@ def build(acct: Account, template: str, out: str, stack_name: str, params: dict[
     parameters = {
         "EcsClusterArns": seeded["ecsCluster"]["arn"],
         "EcsPassRoleArns": f"{seeded['taskRoleArn']},{seeded['executionRoleArn']}",
+        "NotificationParameterPath": NOTIFICATION_PARAMETER_PATH,
+        "NotificationSecretArns": seeded["notificationSecret"]["secretArn"],
     }
     parameters.update(params)
     expanded = deploy.expand(template, parameters, CODE_BUCKET)

@@ -352,9 +352,16 @@ class ECS(unittest.TestCase):
         code, td = self.register("worker")
         cluster = STACK["seeded"]["ecsCluster"]["arn"]
         args = dict(cluster=cluster, serviceName="web-prod", taskDefinition=td, desiredCount=1, launchType="FARGATE")
-        self.assertEqual(status(client("ecs", "worker").create_service, **args), 403)
+        # The api's role has no ECS rights at all.
+        self.assertEqual(status(client("ecs", "api").create_service, **args), 403)
         d = last_decisions(1)[0]
         self.assertEqual((d["action"], d["resource"]), ("ecs:CreateService", f"arn:aws:ecs:us-east-1:{account.ACCOUNT}:service/vergence-jobs/web-prod"))
+        # The worker's may create services in the stack's clusters only.
+        self.assertEqual(status(client("ecs", "worker").create_service, **args), 200)
+        created = [d for d in last_decisions(5) if d["action"] == "ecs:CreateService"]
+        self.assertEqual(created[-1]["sid"], "EcsServices")
+        admin("ecs").create_cluster(clusterName="elsewhere")
+        self.assertEqual(status(client("ecs", "worker").create_service, **{**args, "cluster": "elsewhere"}), 403)
         deployer = role_with("service-deployer", [
             {"Sid": "Services", "Effect": "Allow", "Action": ["ecs:CreateService", "ecs:UpdateService", "ecs:DescribeServices"], "Resource": f"arn:aws:ecs:us-east-1:{account.ACCOUNT}:service/vergence-jobs/*"},
             {"Sid": "Pass", "Effect": "Allow", "Action": "iam:PassRole", "Resource": "*", "Condition": {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}},
@@ -366,6 +373,19 @@ class ECS(unittest.TestCase):
         d = last_decisions(1)[0]
         self.assertEqual((d["action"], d["context"]["ecs:CreateAction"]), ("ecs:TagResource", ["CreateService"]))
 
+    def test_update_service_rolls_out_the_new_task_definition(self) -> None:
+        _, first = self.register("worker")
+        _, second = self.register("worker")
+        self.assertNotEqual(first, second)
+        cluster = STACK["seeded"]["ecsCluster"]["arn"]
+        ecs = client("ecs", "worker")
+        ecs.create_service(cluster=cluster, serviceName="web-rollout", taskDefinition=first, desiredCount=1, launchType="FARGATE")
+        ecs.update_service(cluster=cluster, service="web-rollout", taskDefinition=second)
+        service = ecs.describe_services(cluster=cluster, services=["web-rollout"])["services"][0]
+        self.assertEqual(service["taskDefinition"], second)
+        [primary] = service["deployments"]
+        self.assertEqual((primary["status"], primary["taskDefinition"]), ("PRIMARY", second))
+
 
 class Logs(unittest.TestCase):
     def test_job_logs(self) -> None:
@@ -376,10 +396,11 @@ class Logs(unittest.TestCase):
         d = last_decisions(1)[0]
         self.assertEqual((d["resource"], d["sid"]), (f"arn:aws:logs:us-east-1:{account.ACCOUNT}:log-group:/vergence/jobs:log-stream:job/job/abc", "EcsJobLogs"))
         self.assertEqual(status(client("logs", "api").get_log_events, logGroupName="/vergence/jobs", logStreamName="job/job/abc"), 403)
-        # CreateLogGroup: allowed by the Lambda managed policy's "*", not by EcsJobLogGroup
+        # CreateLogGroup: the job log group's own statement, in the ARN form
+        # AWS checks (log-group:NAME:*)
         self.assertIn(status(w.create_log_group, logGroupName="/vergence/jobs"), (200, 400))
         d = last_decisions(1)[0]
-        self.assertEqual((d["resource"], d["policy"]), (f"arn:aws:logs:us-east-1:{account.ACCOUNT}:log-group:/vergence/jobs:*", "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"))
+        self.assertEqual((d["resource"], d["sid"]), (f"arn:aws:logs:us-east-1:{account.ACCOUNT}:log-group:/vergence/jobs:*", "EcsJobLogGroup"))
 
 
 class Secrets(unittest.TestCase):

@@ -9,7 +9,11 @@
 //! roles the template gives them, and none may be refused.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use serde_json::Value;
 use vergence_e2e::stack::{Stack, WEBHOOK_SECRET};
@@ -18,14 +22,23 @@ use vergence_e2e::stack::{Stack, WEBHOOK_SECRET};
 /// service whose runtime "deploys" by writing `<deployed>/<channel>.txt`
 /// and whose exit-code fetch says whether that file still holds the
 /// version: jobs the worker runs itself, with nothing from the config
-/// directory (the serverless worker has none of it).
-fn write_config(dir: &Path, deployed: &Path) {
+/// directory (the serverless worker has none of it). A signed webhook
+/// tells when an approval is needed; its URL is an SSM parameter and its
+/// signing secret a Secrets Manager secret, read by the scheduler when it
+/// sends.
+fn write_config(dir: &Path, deployed: &Path, secret_arn: &str) {
     let deployed = deployed.display();
     std::fs::write(
         dir.join("shop.yaml"),
         format!(
             r#"application:
   name: shop
+  notifications:
+    - name: approvals
+      webhook:
+        url: {{awsSsmParameter: {HOOK_URL_PARAMETER}}}
+        signingSecret: {{awsSecretsManager: "{secret_arn}"}}
+      on: [approvalNeeded]
   releaseChannels:
     - name: staging
       runtimes: [{{runtime: files}}]
@@ -57,6 +70,88 @@ service:
         ),
     )
     .unwrap();
+}
+
+/// Where the operator keeps the approvals hook's URL (under the stack's
+/// NotificationParameterPath).
+const HOOK_URL_PARAMETER: &str = "/vergence/notifications/approvals-url";
+
+/// A request the hook got.
+#[derive(Debug, Clone)]
+struct Delivery {
+    headers: axum::http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Delivery {
+    fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", self.headers))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+/// An HTTP receiver of webhooks on 127.0.0.1, answering 200.
+struct Receiver {
+    url: String,
+    received: Arc<Mutex<Vec<Delivery>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let received: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let record = received.clone();
+        let app = axum::Router::new().fallback(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let record = record.clone();
+                async move {
+                    record.lock().unwrap().push(Delivery {
+                        headers,
+                        body: body.to_vec(),
+                    });
+                    axum::http::StatusCode::OK
+                }
+            },
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks/vergence", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            url,
+            received,
+            server,
+        }
+    }
+
+    /// The first delivery, ticking the schedule (which sends them) until
+    /// it comes.
+    async fn first(&self, timeout: Duration, stack: &Stack) -> Delivery {
+        let started = Instant::now();
+        loop {
+            if let Some(first) = self.received.lock().unwrap().first() {
+                return first.clone();
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "no notification\nscheduler:\n{}",
+                stack.scheduler.logs().join("\n")
+            );
+            stack.tick().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }
 
 /// `vergence --output json status` through the API.
@@ -110,7 +205,19 @@ fn succeeded(output: &std::process::Output, what: &str) -> String {
 async fn ci_release_approval_and_drift(stack: &Stack) {
     let dir = tempfile::tempdir().unwrap();
     let deployed = tempfile::tempdir().unwrap();
-    write_config(dir.path(), deployed.path());
+    let seeded = stack.contract().seeded.notification_secret.clone();
+    write_config(dir.path(), deployed.path(), &seeded.secret_arn);
+    let receiver = Receiver::start().await;
+    // The operator puts the hook's URL where the template lets the
+    // scheduler read it (NotificationParameterPath).
+    aws_sdk_ssm::Client::new(&stack.account.sdk_config(&stack.contract().admin).await)
+        .put_parameter()
+        .name(HOOK_URL_PARAMETER)
+        .value(&receiver.url)
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
     let admin = stack.create_token(&["--app", "shop", "--scope", "admin"]);
     let ci = stack.create_token(&["--app", "shop", "--scope", "release"]);
 
@@ -146,6 +253,21 @@ async fn ci_release_approval_and_drift(stack: &Stack) {
     assert_eq!(
         std::fs::read_to_string(deployed.path().join("staging.txt")).unwrap(),
         "v1"
+    );
+
+    // The scheduler told the hook, signed with the secret it read.
+    let delivery = receiver.first(Duration::from_secs(60), stack).await;
+    assert_eq!(delivery.header("x-vergence-event"), "approvalNeeded");
+    let signed = format!(
+        "{}.{}",
+        delivery.header("x-vergence-timestamp"),
+        String::from_utf8_lossy(&delivery.body)
+    );
+    let mut mac = Hmac::<Sha256>::new_from_slice(seeded.value.as_bytes()).unwrap();
+    mac.update(signed.as_bytes());
+    assert_eq!(
+        delivery.header("x-vergence-signature"),
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     );
 
     // An operator approves prod through the API.
@@ -318,7 +440,7 @@ async fn finish_tasks(stack: &Stack, ecs: &aws_sdk_ecs::Client, cluster: &str) -
 /// end comes back through the template's EventBridge rule.
 async fn ecs_runtime_and_runner(stack: &Stack) {
     let dir = tempfile::tempdir().unwrap();
-    write_ecs_config(dir.path(), &stack);
+    write_ecs_config(dir.path(), stack);
     let token = stack.create_token(&["--app", "fleet", "--scope", "admin"]);
     let ecs = aws_sdk_ecs::Client::new(&stack.account.sdk_config(&stack.contract().admin).await);
     let cluster = stack.contract().seeded.ecs_cluster.arn.clone();
