@@ -194,20 +194,26 @@ class DynamoDB(unittest.TestCase):
         txn = [
             {"Put": {"TableName": t, "Item": item("instance#tx", "state", v="1")}},
             {"Update": {"TableName": t, "Key": item("instance#tx", "rev"), "UpdateExpression": "SET v = :v", "ExpressionAttributeValues": {":v": {"S": "2"}}}},
-            {"ConditionCheck": {"TableName": t, "Key": item("instance#tx", "job"), "ConditionExpression": "attribute_exists(pk)"}},
+            {"Delete": {"TableName": t, "Key": item("instance#tx", "job"), "ConditionExpression": "attribute_exists(pk)"}},
         ]
         self.assertEqual(status(client("dynamodb", "worker").transact_write_items, TransactItems=txn), 200)
         ds = last_decisions(3)
-        self.assertEqual([d["action"] for d in ds], ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"])
+        self.assertEqual([d["action"] for d in ds], ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"])
         self.assertTrue(all(d["allowed"] and d["sid"] == "State" for d in ds))
         # one item on the tokens partition: the whole transaction is refused
         bad = txn + [{"Put": {"TableName": t, "Item": item("tokens", "t2")}}]
         self.assertEqual(status(client("dynamodb", "worker").transact_write_items, TransactItems=bad), 403)
         self.assertEqual(last_decisions(1)[0]["sid"], "NoTokens")
-        # the scheduler has no ConditionCheckItem
-        self.assertEqual(status(client("dynamodb", "scheduler").transact_write_items, TransactItems=txn), 403)
+        # a ConditionCheck item needs its own action, which no role has
+        # (Vergence's transactions make none)
+        check = [{"ConditionCheck": {"TableName": t, "Key": item("instance#tx", "state"), "ConditionExpression": "attribute_exists(pk)"}}]
+        self.assertEqual(status(client("dynamodb", "worker").transact_write_items, TransactItems=txn[:1] + check), 403)
         d = last_decisions(1)[0]
         self.assertEqual((d["action"], d["effect"]), ("dynamodb:ConditionCheckItem", "ImplicitDeny"))
+        # the scheduler deletes nothing
+        self.assertEqual(status(client("dynamodb", "scheduler").transact_write_items, TransactItems=txn), 403)
+        d = last_decisions(1)[0]
+        self.assertEqual((d["action"], d["effect"]), ("dynamodb:DeleteItem", "ImplicitDeny"))
         # TransactGetItems: GetItem per item
         tg = [{"Get": {"TableName": t, "Key": item("instance#tx", "job")}}]
         self.assertEqual(status(client("dynamodb", "worker").transact_get_items, TransactItems=tg), 200)

@@ -16,7 +16,7 @@ use vergence_testkit::workspace;
 
 /// The Python that has moto 5.2.5 and aws-sam-translator
 /// (`scripts/test.sh` installs them into `.tools/py`).
-fn python() -> Option<PathBuf> {
+pub fn python() -> Option<PathBuf> {
     let path = std::env::var_os("VERGENCE_STACK_PYTHON")
         .map_or_else(|| workspace().join(".tools/py/bin/python3"), PathBuf::from);
     if path.is_file() {
@@ -201,8 +201,8 @@ impl Account {
             .arg("--out")
             .arg(&out)
             .args(["--template", "template.yaml"])
-            // moto does not roll services out: each reports this many
-            // running tasks, so a deployment of up to as many completes.
+            // moto starts no tasks for a service: each reports this many
+            // running, so a deployment of up to as many completes.
             .env("MOTO_ECS_SERVICE_RUNNING", "100")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -21,7 +21,7 @@ use serde_json::Value;
 use vergence_testkit::workspace_binary;
 
 use crate::lambda::{FunctionSpec, LambdaFunction};
-pub use account::{Account, Contract, Decision, Function, Grant, Keys};
+pub use account::{Account, Contract, Decision, Function, Grant, Keys, python};
 use gateway::{Gateway, Route};
 use mapping::EventSourceMapping;
 
@@ -176,10 +176,7 @@ impl Stack {
             for grant in function.granted.iter().filter(|g| g.effect == "Allow") {
                 for action in &grant.actions {
                     if !used.iter().any(|u| action_matches(action, u)) {
-                        unused.insert(format!(
-                            "{action} ({})",
-                            grant.sid.clone().unwrap_or_else(|| grant.policy.clone())
-                        ));
+                        unused.insert((grant_name(grant), action.clone()));
                     }
                 }
             }
@@ -196,7 +193,12 @@ impl Stack {
             println!("== {name}");
             println!("   used:    {}", join(&permissions.used));
             println!("   denied:  {}", permissions.denied.join(", "));
-            println!("   granted, unused: {}", join(&permissions.unused));
+            let unused: BTreeSet<String> = permissions
+                .unused
+                .iter()
+                .map(|(grant, action)| format!("{action} ({grant})"))
+                .collect();
+            println!("   granted, unused: {}", join(&unused));
         }
         report
     }
@@ -207,7 +209,21 @@ impl Stack {
 pub struct Permissions {
     pub used: BTreeSet<String>,
     pub denied: Vec<String>,
-    pub unused: BTreeSet<String>,
+    /// (grant, action): the statement's Sid, or the managed policy's name.
+    pub unused: BTreeSet<(String, String)>,
+}
+
+/// A grant as docs/serverless.md names it: the statement's Sid, else the
+/// managed policy's name (the last part of its ARN).
+fn grant_name(grant: &Grant) -> String {
+    grant.sid.clone().unwrap_or_else(|| {
+        grant
+            .policy
+            .rsplit('/')
+            .next()
+            .unwrap_or(&grant.policy)
+            .to_owned()
+    })
 }
 
 fn join(set: &BTreeSet<String>) -> String {

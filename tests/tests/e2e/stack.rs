@@ -8,6 +8,7 @@
 //! operator run it; every AWS call the functions make is judged by the
 //! roles the template gives them, and none may be refused.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -641,4 +642,71 @@ async fn every_flow_runs_on_the_deployed_stack_under_the_templates_own_permissio
             "the worker never called {action}: {worker:?}"
         );
     }
+
+    // A grant no request used is either documented (with why) or goes;
+    // a documented one the run did use leaves the table.
+    let unused: BTreeSet<(String, String, String)> = permissions
+        .iter()
+        .flat_map(|(function, p)| {
+            p.unused
+                .iter()
+                .map(|(grant, action)| (function.clone(), grant.clone(), action.clone()))
+        })
+        .collect();
+    let documented = documented_unused_grants();
+    let undocumented: Vec<_> = unused.difference(&documented).collect();
+    let used_after_all: Vec<_> = documented.difference(&unused).collect();
+    assert!(
+        undocumented.is_empty() && used_after_all.is_empty(),
+        "docs/serverless.md's table of grants the stack test does not use is out of date:\n\
+         granted and unused, not in the table (use them, drop them from template.yaml, or say why): {undocumented:#?}\n\
+         in the table but used, or no longer granted: {used_after_all:#?}"
+    );
+}
+
+/// The rows of docs/serverless.md's table of grants the stack test does
+/// not use, one (function, grant, action) per name in its cells.
+fn documented_unused_grants() -> BTreeSet<(String, String, String)> {
+    let doc =
+        std::fs::read_to_string(vergence_testkit::workspace().join("docs/serverless.md")).unwrap();
+    let section = doc
+        .split("## What the deployed stack is tested against")
+        .nth(1)
+        .expect("docs/serverless.md has its section on the stack test");
+    let mut rows = BTreeSet::new();
+    for line in section.lines().filter(|l| l.starts_with("| ")).skip(1) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [_, functions, grant, actions, why, ..] = cells.as_slice() else {
+            panic!("a row of four cells: {line}");
+        };
+        assert!(!why.is_empty(), "every unused grant says why: {line}");
+        for function in functions.split(", ") {
+            for action in actions.split(", ") {
+                rows.insert((function.to_owned(), (*grant).to_owned(), action.to_owned()));
+            }
+        }
+    }
+    assert!(!rows.is_empty(), "the table has rows");
+    rows
+}
+
+/// The emulated account's own self-test (tests/stack/test_account.py):
+/// its IAM evaluator, request mapping and SAM expansion against the
+/// cases AWS documents, so a change to the harness cannot quietly make
+/// the stack test above more permissive than AWS.
+#[test]
+fn the_emulated_account_passes_its_self_test() {
+    let Some(python) = vergence_e2e::stack::python() else {
+        return;
+    };
+    let output = std::process::Command::new(python)
+        .current_dir(vergence_testkit::workspace())
+        .arg("tests/stack/test_account.py")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "tests/stack/test_account.py failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
