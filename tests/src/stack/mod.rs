@@ -173,8 +173,10 @@ impl Stack {
                 .map(|d| format!("{} on {} ({})", d.action, d.resource, d.effect))
                 .collect();
             let mut unused = BTreeSet::new();
+            let mut granted = BTreeSet::new();
             for grant in function.granted.iter().filter(|g| g.effect == "Allow") {
                 for action in &grant.actions {
+                    granted.insert((grant_name(grant), action.clone()));
                     if !used.iter().any(|u| action_matches(action, u)) {
                         unused.insert((grant_name(grant), action.clone()));
                     }
@@ -185,6 +187,7 @@ impl Stack {
                 Permissions {
                     used,
                     denied,
+                    granted,
                     unused,
                 },
             );
@@ -209,7 +212,10 @@ impl Stack {
 pub struct Permissions {
     pub used: BTreeSet<String>,
     pub denied: Vec<String>,
-    /// (grant, action): the statement's Sid, or the managed policy's name.
+    /// (grant, action) of every Allow statement of its role; a grant is
+    /// the statement's Sid, or the managed policy's name.
+    pub granted: BTreeSet<(String, String)>,
+    /// The granted (grant, action) pairs that no request used.
     pub unused: BTreeSet<(String, String)>,
 }
 

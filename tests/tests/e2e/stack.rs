@@ -17,7 +17,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use serde_json::Value;
-use vergence_e2e::stack::{Stack, WEBHOOK_SECRET};
+use vergence_e2e::stack::{Permissions, Stack, WEBHOOK_SECRET};
 
 /// One application, staging then prod (prod behind an approval), one
 /// service whose runtime "deploys" by writing `<deployed>/<channel>.txt`
@@ -643,25 +643,34 @@ async fn every_flow_runs_on_the_deployed_stack_under_the_templates_own_permissio
         );
     }
 
-    // A grant no request used is either documented (with why) or goes;
-    // a documented one the run did use leaves the table.
-    let unused: BTreeSet<(String, String, String)> = permissions
-        .iter()
-        .flat_map(|(function, p)| {
-            p.unused
-                .iter()
-                .map(|(grant, action)| (function.clone(), grant.clone(), action.clone()))
-        })
-        .collect();
+    // A grant no request used is either documented (with why) or goes,
+    // and the table names only what the template grants. A documented
+    // grant this run happened to use is only reported: some (a lease let
+    // go, a task stopped) depend on timing.
+    let triples = |pick: fn(&Permissions) -> &BTreeSet<(String, String)>| {
+        permissions
+            .iter()
+            .flat_map(|(function, p)| {
+                pick(p)
+                    .iter()
+                    .map(|(grant, action)| (function.clone(), grant.clone(), action.clone()))
+            })
+            .collect::<BTreeSet<_>>()
+    };
+    let unused = triples(|p| &p.unused);
+    let granted = triples(|p| &p.granted);
     let documented = documented_unused_grants();
     let undocumented: Vec<_> = unused.difference(&documented).collect();
-    let used_after_all: Vec<_> = documented.difference(&unused).collect();
+    let not_granted: Vec<_> = documented.difference(&granted).collect();
     assert!(
-        undocumented.is_empty() && used_after_all.is_empty(),
+        undocumented.is_empty() && not_granted.is_empty(),
         "docs/serverless.md's table of grants the stack test does not use is out of date:\n\
          granted and unused, not in the table (use them, drop them from template.yaml, or say why): {undocumented:#?}\n\
-         in the table but used, or no longer granted: {used_after_all:#?}"
+         in the table, not granted by template.yaml: {not_granted:#?}"
     );
+    for used_anyway in documented.difference(&unused) {
+        println!("note: documented as unused, used in this run: {used_anyway:?}");
+    }
 }
 
 /// The rows of docs/serverless.md's table of grants the stack test does
@@ -674,7 +683,12 @@ fn documented_unused_grants() -> BTreeSet<(String, String, String)> {
         .nth(1)
         .expect("docs/serverless.md has its section on the stack test");
     let mut rows = BTreeSet::new();
-    for line in section.lines().filter(|l| l.starts_with("| ")).skip(1) {
+    let table = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| function | grant | actions | why"))
+        .skip(2)
+        .take_while(|l| l.starts_with("| "));
+    for line in table {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let [_, functions, grant, actions, why, ..] = cells.as_slice() else {
             panic!("a row of four cells: {line}");
