@@ -272,7 +272,10 @@ def local_rows(ctx: "Context", polls_seconds: int) -> Row:
 
 def decide_per_second(ctx: "Context") -> list[Row]:
     """criterion's throughput of `decide()` (shared/engine/benches/decide.rs)."""
-    args = ["cargo", "bench", "--locked", "-p", "vergence-engine", "--bench", "decide"]
+    # --workspace, not -p: with -p cargo resolves features for that one
+    # package and builds every dependency again (6 minutes of a cold CI
+    # run); the workspace's selection is the one the test build made.
+    args = ["cargo", "bench", "--locked", "--workspace", "--bench", "decide"]
     env = dict(os.environ)
     if ctx.smoke:
         # The debug build CI already has; the numbers only say it runs.
@@ -316,8 +319,8 @@ def serverless_counts(ctx: "Context") -> list[Row]:
         "test",
         "--locked",
         "-q",
-        "-p",
-        "vergence-e2e",
+        # The test build's feature selection (see decide_per_second).
+        "--workspace",
         "--test",
         "e2e",
         "--",

@@ -133,6 +133,13 @@ else
   cargo test --workspace --locked "$@"
 fi
 
+# Every benchmark row once, on small inputs with the debug builds above, so
+# a benchmark that no longer runs fails here; the numbers themselves come
+# from the full run (scripts/bench.py, docs/performance.md). It runs
+# while the fuzz run ends: smoke numbers are compared to nothing.
+step "benchmarks, smoke mode"
+python3 scripts/bench.py --smoke
+
 step "waiting for the fuzz run"
 if ! wait "$fuzzing"; then
   cat "$LOGS/fuzz.log" >&2
@@ -140,10 +147,4 @@ if ! wait "$fuzzing"; then
   exit 1
 fi
 grep -E '^[a-z_]+: (ok|FAILED)' "$LOGS/fuzz.log" || true
-
-# Every benchmark row once, on small inputs with the debug builds above, so
-# a benchmark that no longer runs fails here; the numbers themselves come
-# from the full run (scripts/bench.py, docs/performance.md).
-step "benchmarks, smoke mode"
-python3 scripts/bench.py --smoke
 step "done"
