@@ -6,6 +6,8 @@
 #   scripts/fuzz.sh 300          5 minutes per target, random seed
 #   FUZZ_SEED=7 scripts/fuzz.sh 300   the same, seeded
 #   scripts/fuzz.sh 60 template  only the named target(s)
+#   scripts/fuzz.sh --install    only install cargo-fuzz (the test command
+#                                does it while the workspace builds)
 #
 # Installs its pinned cargo-fuzz into .tools/ (skipped when there), builds
 # the targets in fuzz/target, seeds each corpus from examples/ and the docs,
@@ -13,6 +15,9 @@
 # fails if any crashed (the input is kept under fuzz/artifacts/<target>/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+INSTALL_ONLY=0
+if [ "${1:-}" = --install ]; then INSTALL_ONLY=1; shift; fi
 
 # Without arguments this is CI's run: the same seed every time, so that a
 # failure repeats. Otherwise libFuzzer picks one (seed 0) unless FUZZ_SEED.
@@ -30,6 +35,7 @@ if ! "$TOOLS/bin/cargo-fuzz" --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO
   cargo install --quiet --locked --root "$TOOLS" cargo-fuzz --version "$CARGO_FUZZ_VERSION"
 fi
 export PATH="$TOOLS/bin:$PATH"
+[ "$INSTALL_ONLY" = 0 ] || exit 0
 
 # Stable Rust, the one toolchain these machines have: cargo fuzz needs
 # nightly only for a sanitizer (`-Zsanitizer`); its coverage instrumentation

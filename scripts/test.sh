@@ -79,6 +79,10 @@ wait_for_installs() {
 }
 in_background python-tools install_python_tools
 in_background browser-and-services install_browser_and_services
+# cargo-fuzz is compiled (about 50 s of both cores): at a lower priority
+# beside the workspace build, which leaves a core idle while it links,
+# rather than at the head of the fuzz run below.
+in_background cargo-fuzz nice -n 10 scripts/fuzz.sh --install
 
 if [ "${VERGENCE_LINT:-0}" = 1 ]; then
   export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
