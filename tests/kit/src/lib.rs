@@ -86,3 +86,28 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     );
     binary
 }
+
+/// The rows of the Markdown table in the workspace file `path` whose
+/// header line starts with `header`, each as its trimmed cells; for tests
+/// that hold the docs to the code.
+pub fn doc_table(path: &str, header: &str) -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(workspace().join(path)).unwrap();
+    let rows: Vec<Vec<String>> = doc
+        .lines()
+        .skip_while(|line| !line.starts_with(header))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            line.trim()
+                .trim_matches('|')
+                .split('|')
+                .map(|cell| cell.trim().to_owned())
+                .collect()
+        })
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "{path} has a table headed {header:?}, with rows"
+    );
+    rows
+}

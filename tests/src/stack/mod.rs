@@ -172,16 +172,17 @@ impl Stack {
                 .filter(|d| !d.allowed)
                 .map(|d| format!("{} on {} ({})", d.action, d.resource, d.effect))
                 .collect();
-            let mut unused = BTreeSet::new();
-            let mut granted = BTreeSet::new();
-            for grant in function.granted.iter().filter(|g| g.effect == "Allow") {
-                for action in &grant.actions {
-                    granted.insert((grant_name(grant), action.clone()));
-                    if !used.iter().any(|u| action_matches(action, u)) {
-                        unused.insert((grant_name(grant), action.clone()));
-                    }
-                }
-            }
+            let granted: BTreeSet<(String, String)> = function
+                .granted
+                .iter()
+                .filter(|g| g.effect == "Allow")
+                .flat_map(|g| g.actions.iter().map(|a| (grant_name(g), a.clone())))
+                .collect();
+            let unused = granted
+                .iter()
+                .filter(|(_, action)| !used.iter().any(|u| action_matches(action, u)))
+                .cloned()
+                .collect();
             report.insert(
                 name.clone(),
                 Permissions {

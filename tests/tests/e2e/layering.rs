@@ -8,15 +8,13 @@
 //! no cloud SDK.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use vergence_testkit::workspace;
 
 /// `cargo ARGS` in the workspace; its stdout. Resolves, compiles nothing.
 fn cargo(args: &[&str]) -> String {
@@ -140,29 +138,24 @@ fn quoted(cell: &str) -> Vec<String> {
 fn table() -> &'static Vec<Row> {
     static TABLE: OnceLock<Vec<Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
-        let header = "| crate | path | may depend on (ours) | never |";
-        let start = doc
-            .find(header)
-            .expect("docs/architecture.md has the crate table");
-        doc[start..]
-            .lines()
-            .skip(2)
-            .take_while(|line| line.starts_with('|'))
-            .map(|line| {
-                let cells: Vec<&str> = line.trim_matches('|').split('|').collect();
-                assert_eq!(cells.len(), 4, "a row of four cells: {line}");
+        let rows = vergence_testkit::doc_table(
+            "docs/architecture.md",
+            "| crate | path | may depend on (ours) | never |",
+        );
+        rows.iter()
+            .map(|cells| {
+                assert_eq!(cells.len(), 4, "a row of four cells: {cells:?}");
                 Row {
-                    crates: quoted(cells[0])
+                    crates: quoted(&cells[0])
                         .into_iter()
                         .filter(|c| c.starts_with("vergence-"))
                         .collect(),
-                    paths: quoted(cells[1]),
-                    allowed: words(cells[2])
+                    paths: quoted(&cells[1]),
+                    allowed: words(&cells[2])
                         .iter()
                         .map(|w| format!("vergence-{w}"))
                         .collect(),
-                    never: words(cells[3]),
+                    never: words(&cells[3]),
                 }
             })
             .collect()
