@@ -18,6 +18,7 @@ mod policies;
 mod quickstart;
 mod reliability;
 mod scale;
+mod secrets;
 mod serve;
 mod targets;
 mod terraform;

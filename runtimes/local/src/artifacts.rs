@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
 use vergence_model::ports::ArtifactStore;
-use vergence_model::{Artifact, JobId};
+use vergence_model::{Artifact, JobId, SecretMask};
 
 /// Largest output kept: a plan, not a build artifact.
 pub(crate) const MAX_OUTPUT_BYTES: u64 = 4 * 1024 * 1024;
@@ -102,13 +102,14 @@ async fn write_inputs(
 }
 
 /// Reads the declared outputs present in `dir` and keeps them in the
-/// store. Outputs the job did not write are simply absent; problems with
-/// the others are added to `notes`.
+/// store, text files with the job's secrets masked. Outputs the job did not
+/// write are simply absent; problems with the others are added to `notes`.
 pub(crate) async fn collect_outputs(
     dir: &Path,
     job: &JobId,
     names: &[String],
     store: &dyn ArtifactStore,
+    secrets: &SecretMask,
     notes: &mut Vec<String>,
 ) -> Vec<Artifact> {
     let mut artifacts = Vec::new();
@@ -119,6 +120,7 @@ pub(crate) async fn collect_outputs(
         }
         match read_capped(&dir.join(name)).await {
             Ok(Some(bytes)) => {
+                let bytes = masked(bytes, secrets);
                 let key = Artifact::output_key(job, name);
                 match store.put(&key, &bytes).await {
                     Ok(()) => artifacts.push(Artifact::of(name.as_str(), key, &bytes)),
@@ -135,6 +137,25 @@ pub(crate) async fn collect_outputs(
         }
     }
     artifacts
+}
+
+/// A text output with the job's secret values masked, as in what it
+/// prints: a plan is stored, shown (`status --service`) and approved by
+/// its digest, so a value in it would be kept and shown like output. The
+/// apply is handed the masked file; it gets the secrets it needs from its
+/// own environment. Files that are not UTF-8 (a Terraform plan is a zip)
+/// are kept as they are: masking bytes would break them.
+fn masked(bytes: Vec<u8>, secrets: &SecretMask) -> Vec<u8> {
+    if secrets.is_empty() {
+        return bytes;
+    }
+    match String::from_utf8(bytes) {
+        Ok(mut text) => {
+            secrets.apply_in_place(&mut text);
+            text.into_bytes()
+        }
+        Err(not_text) => not_text.into_bytes(),
+    }
 }
 
 /// The file's content, or `None` when it is larger than [`MAX_OUTPUT_BYTES`].

@@ -4,6 +4,7 @@
 //! without ever splitting a UTF-8 character.
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+use vergence_model::SecretMask;
 
 /// Where the bytes read from a pipe go.
 pub(crate) trait Capture {
@@ -100,34 +101,40 @@ where
     }
 }
 
-/// At most the first `limit` bytes of `bytes` as text. A character cut by
-/// the limit is left out; invalid bytes become U+FFFD.
-pub(crate) fn head_text(bytes: &[u8], limit: usize) -> String {
-    let bytes = &bytes[..bytes.len().min(limit)];
+/// At most the first `limit` bytes of `bytes` as text, its secrets masked.
+/// A character cut by the limit is left out; invalid bytes become U+FFFD.
+/// `bytes` may hold more than `limit` (a [`Head`] keeps
+/// [`SecretMask::longest`] more): a secret the cut goes through is then
+/// seen whole and masked, not kept in part.
+pub(crate) fn head_text(bytes: &[u8], limit: usize, secrets: &SecretMask) -> String {
     let bytes = &bytes[..bytes.len() - incomplete_suffix_len(bytes)];
-    let mut text = String::from_utf8_lossy(bytes).into_owned();
+    let text = String::from_utf8_lossy(bytes);
     // Replacement characters are longer than the bytes they replace.
-    text.truncate(floor_char_boundary(&text, limit));
-    text
+    let end = floor_char_boundary(&text, limit);
+    let mut masked = secrets.apply_within(&text, 0..end);
+    // A mask at the cut may be a byte or two longer than what it covers.
+    masked.truncate(floor_char_boundary(&masked, limit));
+    masked
 }
 
-/// At most the last `limit` bytes of `bytes` as text. A character cut by the
-/// limit is left out; invalid bytes become U+FFFD.
-pub(crate) fn tail_text(bytes: &[u8], limit: usize) -> String {
-    let start = bytes.len().saturating_sub(limit);
-    let mut bytes = &bytes[start..];
-    if start > 0 {
-        // Continuation bytes at the cut belong to a character that was cut.
-        let cut = bytes
-            .iter()
-            .take(3)
-            .take_while(|b| is_continuation(**b))
-            .count();
-        bytes = &bytes[cut..];
-    }
-    let text = String::from_utf8_lossy(bytes);
-    let keep_from = ceil_char_boundary(&text, text.len().saturating_sub(limit));
-    text[keep_from..].to_owned()
+/// At most the last `limit` bytes of `bytes` as text, its secrets masked.
+/// A character cut by the limit is left out; invalid bytes become U+FFFD.
+/// `bytes` may hold more than `limit` (a [`Tail`] keeps
+/// [`SecretMask::longest`] more): a secret the cut goes through is then
+/// seen whole and masked, not kept in part.
+pub(crate) fn tail_text(bytes: &[u8], limit: usize, secrets: &SecretMask) -> String {
+    // Continuation bytes at the start belong to a character that was cut
+    // (by the limit, or by the tail's buffer).
+    let cut = bytes
+        .iter()
+        .take(3)
+        .take_while(|b| is_continuation(**b))
+        .count();
+    let text = String::from_utf8_lossy(&bytes[cut..]);
+    let start = ceil_char_boundary(&text, text.len().saturating_sub(limit));
+    let masked = secrets.apply_within(&text, start..text.len());
+    let keep_from = ceil_char_boundary(&masked, masked.len().saturating_sub(limit));
+    masked[keep_from..].to_owned()
 }
 
 fn is_continuation(byte: u8) -> bool {
@@ -175,6 +182,66 @@ fn ceil_char_boundary(text: &str, index: usize) -> usize {
 mod tests {
     use super::*;
 
+    fn none() -> SecretMask {
+        SecretMask::default()
+    }
+
+    const SECRET: &str = "Qz8xWv3kJ7mN5pLr";
+
+    #[test]
+    fn a_secret_the_tail_cut_goes_through_is_masked_not_kept_in_part() {
+        let mask = SecretMask::new([SECRET]);
+        let limit = 20;
+        // The last 20 bytes hold the secret's last 6 characters.
+        let stderr = format!("auth failed: {SECRET}, then 9 more.");
+        for chunk_size in [1, 3, 7, stderr.len()] {
+            let mut tail = Tail::new(limit + mask.longest());
+            for chunk in stderr.as_bytes().chunks(chunk_size) {
+                tail.push(chunk);
+            }
+            let text = tail_text(&tail.into_bytes(), limit, &mask);
+            assert_eq!(text, "***, then 9 more.", "chunks of {chunk_size}");
+        }
+        // A cut two bytes before the secret's end keeps a mask within the limit.
+        let text = tail_text(format!("{SECRET}ab").as_bytes(), 4, &mask);
+        assert_eq!(text, "**ab");
+    }
+
+    #[test]
+    fn a_secret_the_head_cut_goes_through_is_masked_not_kept_in_part() {
+        let mask = SecretMask::new([SECRET]);
+        let limit = 12;
+        // The first 12 bytes end 5 characters into the secret.
+        let stdout = format!("token: {SECRET} and more");
+        let mut head = Head::new(limit + mask.longest());
+        head.push(&stdout.as_bytes()[..3]);
+        head.push(&stdout.as_bytes()[3..]);
+        assert_eq!(head_text(&head.into_bytes(), limit, &mask), "token: ***");
+        // A cut one byte into it: the mask is cut to the limit.
+        assert_eq!(
+            head_text(format!("1234{SECRET}").as_bytes(), 5, &mask),
+            "1234*"
+        );
+        // Without the margin the rest of the secret is not there to be seen:
+        // what the runner's margin is for.
+        assert_eq!(
+            head_text(&stdout.as_bytes()[..limit], limit, &mask),
+            "token: Qz8xW"
+        );
+    }
+
+    #[test]
+    fn secrets_inside_the_limits_are_masked_and_the_limits_hold() {
+        let mask = SecretMask::new([SECRET]);
+        let text = format!("a {SECRET} b {SECRET} c");
+        assert_eq!(head_text(text.as_bytes(), 1000, &mask), "a *** b *** c");
+        assert_eq!(tail_text(text.as_bytes(), 1000, &mask), "a *** b *** c");
+        for limit in 0..text.len() {
+            assert!(head_text(text.as_bytes(), limit, &mask).len() <= limit);
+            assert!(tail_text(text.as_bytes(), limit, &mask).len() <= limit);
+        }
+    }
+
     #[test]
     fn head_keeps_the_first_bytes_and_drops_the_rest() {
         let mut head = Head::new(5);
@@ -190,34 +257,34 @@ mod tests {
         for chunk in [&b"ab"[..], b"cdefghij", b"k", b"l", b"m"] {
             tail.push(chunk);
         }
-        assert_eq!(tail_text(&tail.into_bytes(), 4), "jklm");
+        assert_eq!(tail_text(&tail.into_bytes(), 4, &none()), "jklm");
     }
 
     #[test]
     fn head_text_never_splits_a_character() {
         let text = "a€€";
         // Cut after the first byte of the second euro sign.
-        assert_eq!(head_text(text.as_bytes(), 5), "a€");
-        assert_eq!(head_text(text.as_bytes(), 7), "a€€");
-        assert_eq!(head_text("€".as_bytes(), 1), "");
+        assert_eq!(head_text(text.as_bytes(), 5, &none()), "a€");
+        assert_eq!(head_text(text.as_bytes(), 7, &none()), "a€€");
+        assert_eq!(head_text("€".as_bytes(), 1, &none()), "");
     }
 
     #[test]
     fn tail_text_never_splits_a_character() {
         let text = "€€b";
         // The last 6 bytes start inside the first euro sign.
-        assert_eq!(tail_text(text.as_bytes(), 6), "€b");
-        assert_eq!(tail_text(text.as_bytes(), 7), "€€b");
-        assert_eq!(tail_text("€".as_bytes(), 1), "");
+        assert_eq!(tail_text(text.as_bytes(), 6, &none()), "€b");
+        assert_eq!(tail_text(text.as_bytes(), 7, &none()), "€€b");
+        assert_eq!(tail_text("€".as_bytes(), 1, &none()), "");
     }
 
     #[test]
     fn invalid_bytes_become_replacement_characters_within_the_limit() {
         let bytes = [b'a', 0xFF, 0xFF, 0xFF, b'b'];
-        let head = head_text(&bytes, 4);
+        let head = head_text(&bytes, 4, &none());
         assert!(head.len() <= 4, "{head:?}");
         assert!(head.starts_with("a\u{FFFD}"));
-        let tail = tail_text(&bytes, 4);
+        let tail = tail_text(&bytes, 4, &none());
         assert!(tail.len() <= 4, "{tail:?}");
         assert!(tail.ends_with("\u{FFFD}b"));
     }

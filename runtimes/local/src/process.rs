@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use tokio::process::Child;
 use tracing::debug;
 use vergence_model::ports::ArtifactStore;
-use vergence_model::{JobOutcome, JobRecord, JobResult};
+use vergence_model::{JobOutcome, JobRecord, JobResult, SecretMask};
 
 use crate::artifacts::collect_outputs;
 use crate::capture::{Head, Tail, head_text, pump, tail_text};
@@ -97,11 +97,21 @@ async fn run(
     let mut group = ProcessGroup::led_by(child.id());
     let container = prepared.container.as_ref();
     let abandoned = KillIfAbandoned(container);
-    let (ended, stdout, stderr) =
-        supervise(&mut child, &mut group, container, prepared.timeout, stop).await;
+    // Output is kept a secret's length past its limits, so that a secret
+    // the cut goes through is seen whole and masked.
+    let margin = prepared.secrets.longest();
+    let (ended, stdout, stderr) = supervise(
+        &mut child,
+        &mut group,
+        container,
+        prepared.timeout,
+        stop,
+        margin,
+    )
+    .await;
     abandoned.disarm();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    if let Some(message) = engine_failure(container, &ended, &stderr) {
+    if let Some(message) = engine_failure(container, &ended, &stderr, &prepared.secrets) {
         let mut result = JobResult::not_started(message, Timestamp::now());
         result.duration_ms = duration_ms;
         result.mask(&prepared.secrets);
@@ -114,14 +124,15 @@ async fn run(
         &job.id,
         &job.spec.outputs,
         artifacts,
+        &prepared.secrets,
         &mut notes,
     )
     .await;
     let mut result = JobResult {
         outcome,
         exit_code,
-        stdout: head_text(&stdout, JobResult::MAX_STDOUT),
-        stderr_tail: stderr_with_notes(stderr, &notes),
+        stdout: head_text(&stdout, JobResult::MAX_STDOUT, &prepared.secrets),
+        stderr_tail: stderr_with_notes(stderr, &notes, &prepared.secrets),
         duration_ms,
         outputs,
         finished_at: Timestamp::now(),
@@ -131,11 +142,17 @@ async fn run(
 }
 
 /// Why the container never ran, when its engine says it failed itself.
-fn engine_failure(container: Option<&Container>, ended: &Ended, stderr: &[u8]) -> Option<String> {
+fn engine_failure(
+    container: Option<&Container>,
+    ended: &Ended,
+    stderr: &[u8],
+    secrets: &SecretMask,
+) -> Option<String> {
     let Ended::Exited(status) = ended else {
         return None;
     };
-    container?.engine_failure(status.code()?, &tail_text(stderr, JobResult::STDERR_TAIL))
+    let stderr = tail_text(stderr, JobResult::STDERR_TAIL, secrets);
+    container?.engine_failure(status.code()?, &stderr)
 }
 
 /// Kills the job's container when the job's future is dropped half-way
@@ -220,17 +237,18 @@ fn killed_by(signal: i32) -> String {
 
 /// Waits for the process while reading both pipes, so a process writing a
 /// lot never blocks on a full pipe. Returns how it ended, the head of
-/// stdout and the tail of stderr.
+/// stdout and the tail of stderr, each `margin` bytes longer than kept.
 async fn supervise(
     child: &mut Child,
     group: &mut ProcessGroup,
     container: Option<&Container>,
     timeout: Duration,
     stop: &mut StopSignal,
+    margin: usize,
 ) -> (Ended, Vec<u8>, Vec<u8>) {
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let mut head = Head::new(JobResult::MAX_STDOUT);
-    let mut tail = Tail::new(JobResult::STDERR_TAIL);
+    let mut head = Head::new(JobResult::MAX_STDOUT + margin);
+    let mut tail = Tail::new(JobResult::STDERR_TAIL + margin);
     let ended = {
         let readers = async {
             tokio::join!(pump(stdout, &mut head), pump(stderr, &mut tail));
@@ -313,7 +331,7 @@ async fn terminate(
 
 /// The stderr tail with the runner's own notes at its end, where
 /// [`JobResult::describe`] looks for the reason a job failed.
-fn stderr_with_notes(mut stderr: Vec<u8>, notes: &[String]) -> String {
+fn stderr_with_notes(mut stderr: Vec<u8>, notes: &[String], secrets: &SecretMask) -> String {
     for note in notes {
         if !stderr.is_empty() && !stderr.ends_with(b"\n") {
             stderr.push(b'\n');
@@ -321,5 +339,5 @@ fn stderr_with_notes(mut stderr: Vec<u8>, notes: &[String]) -> String {
         stderr.extend_from_slice(note.as_bytes());
         stderr.push(b'\n');
     }
-    tail_text(&stderr, JobResult::STDERR_TAIL)
+    tail_text(&stderr, JobResult::STDERR_TAIL, secrets)
 }

@@ -52,19 +52,69 @@ impl SecretMask {
         self.values.is_empty()
     }
 
+    /// The length in bytes of the longest value (0 without any): how much
+    /// more than it keeps a cut capture must hold for [`Self::apply_within`]
+    /// to see whole every value that straddles its cut.
+    pub fn longest(&self) -> usize {
+        self.values.first().map_or(0, String::len)
+    }
+
     /// `text` with every occurrence of a value replaced by [`MASK`].
     pub fn apply(&self, text: &str) -> String {
-        let mut masked = text.to_owned();
-        self.apply_in_place(&mut masked);
-        masked
+        self.apply_within(text, 0..text.len())
     }
 
     pub fn apply_in_place(&self, text: &mut String) {
+        if self.values.iter().any(|v| text.contains(v.as_str())) {
+            *text = self.apply(text);
+        }
+    }
+
+    /// The part `keep` of `text` (byte offsets on character boundaries),
+    /// masked as a whole: a value that straddles an edge of `keep` becomes
+    /// [`MASK`] inside it, so no piece of it survives the cut. Output is
+    /// cut this way because masking only the part kept would leave the
+    /// piece of a value the cut went through; `text` must hold at least
+    /// [`Self::longest`] bytes beyond each edge that is a cut, so that such
+    /// a value is whole in it. The result can be up to two bytes longer
+    /// than `keep` (a mask for a value with one or two bytes inside).
+    pub fn apply_within(&self, text: &str, keep: std::ops::Range<usize>) -> String {
+        let found = self.occurrences(text);
+        let mut masked = String::with_capacity(keep.len());
+        let mut at = keep.start;
+        for value in found
+            .iter()
+            .filter(|v| v.start < keep.end && v.end > keep.start)
+        {
+            if value.start > at {
+                masked.push_str(&text[at..value.start]);
+            }
+            masked.push_str(MASK);
+            at = at.max(value.end);
+        }
+        if at < keep.end {
+            masked.push_str(&text[at..keep.end]);
+        }
+        masked
+    }
+
+    /// Where values occur in `text`, in order and without overlaps; a longer
+    /// value wins over a shorter one it overlaps.
+    fn occurrences(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let mut found: Vec<std::ops::Range<usize>> = Vec::new();
         for value in &self.values {
-            if text.contains(value.as_str()) {
-                *text = text.replace(value.as_str(), MASK);
+            for (start, _) in text.match_indices(value.as_str()) {
+                let range = start..start + value.len();
+                if !found
+                    .iter()
+                    .any(|f| f.start < range.end && range.start < f.end)
+                {
+                    found.push(range);
+                }
             }
         }
+        found.sort_by_key(|r| r.start);
+        found
     }
 }
 
@@ -79,6 +129,21 @@ mod tests {
             mask.apply("auth hunter2-token failed; retrying with hunter2, hunter2"),
             "auth *** failed; retrying with ***, ***"
         );
+    }
+
+    #[test]
+    fn a_value_straddling_a_cut_is_masked_whole_inside_the_part_kept() {
+        let mask = SecretMask::new(["hunter2-token"]);
+        let text = "aaaa hunter2-token bbbb hunter2-token cccc";
+        // The kept part starts in the first value and ends in the second.
+        let start = text.find("2-token").unwrap();
+        let end = text.rfind("hunter2").unwrap() + 4;
+        assert_eq!(mask.apply_within(text, start..end), "*** bbbb ***");
+        // Cut in ordinary text: nothing changes but the values.
+        assert_eq!(mask.apply_within(text, 0..4), "aaaa");
+        assert_eq!(mask.apply_within(text, 2..24), "aa *** bbbb ");
+        assert_eq!(mask.longest(), "hunter2-token".len());
+        assert_eq!(SecretMask::default().longest(), 0);
     }
 
     #[test]
