@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api_schema;
+mod audit;
 mod browser;
 mod commands;
 mod common;

@@ -177,13 +177,19 @@ impl Event {
         }
     }
 
-    /// Gives a batch of events ids that sort by time, then by batch order.
-    /// `scope` makes them unique across writers (an instance id and revision).
+    /// Gives a batch of events ids that sort by time, then by batch order:
+    /// `<millisecond>-<scope>+<nonce>-<position>`. `scope` says where the
+    /// batch comes from (an instance and revision, an approval); the nonce,
+    /// random for each batch, makes ids unique by construction: two writers
+    /// with the same scope in the same millisecond (two approvals of one
+    /// instance) would otherwise write the same id, and the store would
+    /// keep one of the two events.
     pub fn assign_ids(events: &mut [Event], scope: &str) {
+        let nonce = batch_nonce();
         for (i, event) in events.iter_mut().enumerate() {
             if event.id.is_empty() {
                 event.id = format!(
-                    "{:015}-{}-{:03}",
+                    "{:015}-{}+{nonce:016x}-{:03}",
                     event.at.as_millisecond().max(0),
                     scope,
                     i
@@ -191,6 +197,18 @@ impl Event {
             }
         }
     }
+}
+
+/// 64 random bits. Should the system's source fail (it does not on any
+/// platform Vergence runs on), the clock's nanoseconds, the process id and
+/// a counter still differ between any two batches of one process.
+fn batch_nonce() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    getrandom::u64().unwrap_or_else(|_| {
+        let nanos = Timestamp::now().as_nanosecond().unsigned_abs() as u64;
+        let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_left(20)
+    })
 }
 
 /// Which events to list.

@@ -2,7 +2,7 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::json;
-use vergence_model::ports::{ApprovalStore, InstanceStore, ReleaseStore};
+use vergence_model::ports::{ApprovalStore, EventStore, InstanceStore, ReleaseStore};
 use vergence_model::{InstanceKey, Scope};
 
 use crate::common::{APPROVALS, Api, RELEASES, request};
@@ -255,4 +255,34 @@ async fn approving_an_unknown_instance_or_a_bad_version_writes_nothing() {
         )
         .await;
     assert_eq!(reply.error()["field"], "releaseChannel");
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_approvals_of_one_instance_keep_a_hundred_events() {
+    // The clock stands still: every approval is in the same millisecond.
+    let api = Api::new().with_quickstart().await;
+    let approver = api.token("shop", &[Scope::Approve]).await;
+    let replies = futures::future::join_all(
+        (0..100).map(|_| api.send(request(Method::POST, APPROVALS, Some(&approver), None))),
+    )
+    .await;
+    for reply in &replies {
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    }
+    assert_eq!(
+        api.store.list_approvals(&web("prod")).await.unwrap().len(),
+        100
+    );
+    let events = api
+        .store
+        .list_events(&vergence_model::EventFilter::default())
+        .await
+        .unwrap();
+    let recorded: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind.name() == "approvalRecorded")
+        .collect();
+    assert_eq!(recorded.len(), 100, "every approval is in the audit trail");
+    let ids: std::collections::BTreeSet<_> = recorded.iter().map(|e| &e.id).collect();
+    assert_eq!(ids.len(), 100, "each with an id of its own");
 }

@@ -48,6 +48,7 @@ macro_rules! store_conformance_tests {
             alerts_are_replaced_by_name,
             tokens_are_unique_by_id_and_listed_per_application,
             events_are_appended_once_and_listed_by_filter_and_limit,
+            two_events_of_one_instance_in_one_millisecond_are_both_kept,
             concurrent_writers_of_one_revision_have_exactly_one_winner,
             agent_work_is_queued_once_and_leased_oldest_first,
             an_expired_lease_hands_the_item_out_again_unless_renewed,

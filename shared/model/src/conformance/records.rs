@@ -373,3 +373,38 @@ pub async fn events_are_appended_once_and_listed_by_filter_and_limit(store: Arc<
         vec!["0003", "0004"]
     );
 }
+
+/// Two writers recording an event about one instance in the same
+/// millisecond with the same scope (two approvals at once) both keep it:
+/// ids are unique by construction, so neither write replaces or is
+/// skipped for the other.
+pub async fn two_events_of_one_instance_in_one_millisecond_are_both_kept(
+    store: Arc<dyn StateStore>,
+) {
+    let web = key("shop", "web", "prod");
+    let at = t(5);
+    let scope = format!("{}@approval-{}", web.storage_id(), at.as_millisecond());
+    for actor in ["alice", "bob"] {
+        let mut events = vec![Event::for_instance(
+            &web,
+            at,
+            actor,
+            EventKind::ApprovalRecorded {
+                version: "v1".parse().expect("version"),
+            },
+            format!("{actor} approved v1"),
+        )];
+        Event::assign_ids(&mut events, &scope);
+        store.append_events(&events).await.expect("append");
+    }
+    let kept = store
+        .list_events(&EventFilter::default())
+        .await
+        .expect("list");
+    let actors: Vec<&str> = kept.iter().map(|e| e.actor.as_str()).collect();
+    assert_eq!(actors.len(), 2, "both events are kept: {actors:?}");
+    assert!(
+        actors.contains(&"alice") && actors.contains(&"bob"),
+        "{actors:?}"
+    );
+}
