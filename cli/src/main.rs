@@ -52,7 +52,8 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) if closed_stdout(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            // Errors can quote a config, a job or a server's answer.
+            eprintln!("error: {}", output::terminal_line(&one_line(&e)));
             ExitCode::FAILURE
         }
     }

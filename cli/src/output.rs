@@ -12,6 +12,12 @@ use crate::backend::PlanTexts;
 
 /// Writes rows as columns separated by two spaces; the last column is not padded.
 pub fn table(out: &mut impl Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    // Cells hold reasons, messages and names that may come from a job.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| terminal_line(cell)).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -125,7 +131,11 @@ pub fn event_line(event: &Event) -> String {
         EventKind::StatusChanged { from, to } => format!("{from} → {to}: {}", event.message),
         _ => event.message.clone(),
     };
-    format!("{time}  {:<28}  {what}", event_subject(event))
+    format!(
+        "{time}  {:<28}  {}",
+        terminal_line(&event_subject(event)),
+        terminal_line(&what)
+    )
 }
 
 pub fn events_table(out: &mut impl Write, events: &[Event]) -> std::io::Result<()> {
@@ -257,7 +267,12 @@ pub fn instance_details(
         );
         writeln!(out, "\n{key}:")?;
         for info in &view.info {
-            writeln!(out, "  {}: {}", info.name, shown_on_terminal(&info.text))?;
+            writeln!(
+                out,
+                "  {}: {}",
+                terminal_line(&info.name),
+                terminal_lines(&info.text, "    ")
+            )?;
         }
         let Some(plan) = &view.plan else {
             continue;
@@ -274,14 +289,14 @@ pub fn instance_details(
         if let Some(counts) = &plan.counts {
             writeln!(out, "    changes {counts}")?;
             for change in &plan.changes {
-                writeln!(out, "      {change}")?;
+                writeln!(out, "      {}", terminal_line(&change.to_string()))?;
             }
         }
         for (index, file) in plan.files.iter().enumerate() {
-            writeln!(out, "    {file}")?;
+            writeln!(out, "    {}", terminal_line(&file.to_string()))?;
             if let Some(text) = plan_texts.get(&(key.clone(), index)) {
                 for line in text.lines() {
-                    writeln!(out, "      {line}")?;
+                    writeln!(out, "      {}", terminal_line(line))?;
                 }
             }
         }
@@ -298,15 +313,56 @@ pub fn is_terminal_text(text: &str) -> bool {
         .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
 }
 
-/// A job's output for a terminal, its control characters other than line
-/// ends and tabs escaped (`\u{1b}`) so that they are seen, not acted on.
-pub fn shown_on_terminal(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            c if c.is_control() && !matches!(c, '\n' | '\t') => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
+/// Text that did not come from Vergence (a job's output, a getInfo name,
+/// a reason quoting stderr, an event message, a config key, value or file
+/// name, a server's error) for one line of a terminal. Every character a
+/// terminal acts on instead of showing is written as an escape, so that a
+/// job cannot set the title, clear the screen, move the cursor, or fake a
+/// line of its own: C0 controls (line ends and tabs too: `\n`, `\t`,
+/// `\r`, `\x1b`), DEL and C1 controls (`\x7f`, `\x9b`), and the
+/// bidirectional marks, embeddings, overrides and isolates that reorder
+/// what is shown (`\u{202e}`). Only text output is escaped:
+/// `--output json` keeps the exact text.
+pub fn terminal_line(text: &str) -> String {
+    escaped(text, None)
+}
+
+/// [`terminal_line`] for text of several lines shown as lines: each line
+/// end starts a new line indented by `indent`, so the text never starts
+/// a line of its own (a fake `✓ converged`); tabs are kept.
+pub fn terminal_lines(text: &str, indent: &str) -> String {
+    escaped(text, Some(indent))
+}
+
+fn escaped(text: &str, indent: Option<&str>) -> String {
+    use std::fmt::Write as _;
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        match (c, indent) {
+            ('\n', Some(indent)) => {
+                shown.push('\n');
+                shown.push_str(indent);
+            }
+            ('\t', Some(_)) => shown.push('\t'),
+            ('\n', None) => shown.push_str("\\n"),
+            ('\t', None) => shown.push_str("\\t"),
+            ('\r', _) => shown.push_str("\\r"),
+            (c, _) if c.is_control() => {
+                let _ = write!(shown, "\\x{:02x}", u32::from(c));
+            }
+            (c, _) if reorders(c) => {
+                let _ = write!(shown, "\\u{{{:x}}}", u32::from(c));
+            }
+            (c, _) => shown.push(c),
+        }
+    }
+    shown
+}
+
+/// The characters that change the order text is shown in: marks,
+/// embeddings, overrides and isolates (the "Trojan Source" characters).
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// The events of one step worth a line while `up` runs: a status change
@@ -333,9 +389,23 @@ mod tests {
         assert!(is_terminal_text("+ bucket logs\n\t~ data\r\n"));
         assert!(!is_terminal_text("PK\u{3}\u{4}\u{1b}[2J"));
         assert!(!is_terminal_text("bell\u{7}"));
+    }
+
+    #[test]
+    fn text_for_a_terminal_shows_controls_and_reordering_as_escapes() {
+        let hostile =
+            "url\u{1b}]0;owned\u{7}\n\u{2713} converged\u{0}\u{7f}\u{9b}2J\r\tx\u{202e}cba";
         assert_eq!(
-            shown_on_terminal("url\u{1b}]0;owned\u{7}\n\tnext"),
-            "url\\u{1b}]0;owned\\u{7}\n\tnext"
+            terminal_line(hostile),
+            "url\\x1b]0;owned\\x07\\n\u{2713} converged\\x00\\x7f\\x9b2J\\r\\tx\\u{202e}cba"
+        );
+        assert_eq!(
+            terminal_lines(hostile, "    "),
+            "url\\x1b]0;owned\\x07\n    \u{2713} converged\\x00\\x7f\\x9b2J\\r\tx\\u{202e}cba"
+        );
+        assert_eq!(
+            terminal_line("plain text, ünïcode ✓"),
+            "plain text, ünïcode ✓"
         );
     }
 

@@ -88,6 +88,7 @@ impl Progress for LiveProgress {
 
     fn step_failed(&self, key: &InstanceKey, error: &vergence_model::Error) {
         self.finish();
+        let error = output::terminal_line(&error.to_string());
         eprintln!("warning: step of {key} failed: {error}; retrying");
         self.print(&[], &[]);
     }
@@ -99,10 +100,10 @@ impl Progress for LiveProgress {
         let mine = format!(";pid={};", std::process::id());
         if !held_by.contains(&mine) {
             self.print(
-                &[format!(
+                &[output::terminal_line(&format!(
                     "{key}: waiting for its {} job {}, started by another vergence process ({held_by}); its result is taken up here once recorded",
                     job.kind, job.id
-                )],
+                ))],
                 &[],
             );
         }

@@ -164,8 +164,9 @@ fn load_bundle(config: &Path) -> Result<ConfigBundle> {
 
 /// Prints every config error, one per line, and a count.
 fn print_config_errors(errors: &[ConfigError]) {
+    // Errors quote keys, values and file names of the config as written.
     for e in errors {
-        eprintln!("{e}");
+        eprintln!("{}", crate::output::terminal_lines(&e.to_string(), "    "));
     }
     eprintln!("{} error(s); nothing was stored", errors.len());
 }
@@ -201,7 +202,7 @@ fn compile(bundle: &ConfigBundle) -> Result<Option<Arc<dyn CompiledConfig>>> {
 /// where `target` runs them.
 fn warn_of_bare_scripts(model: &dyn CompiledConfig, dir: &Path, target: DeploymentTarget) {
     for warning in crate::lint::bare_scripts(model, dir, target) {
-        eprintln!("{warning}");
+        eprintln!("{}", crate::output::terminal_line(&warning));
     }
 }
 

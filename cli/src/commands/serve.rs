@@ -141,7 +141,7 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     )
     .await;
     finish_notifier(notifier).await;
-    eprintln!("{said}");
+    eprintln!("{}", crate::output::terminal_lines(&said, "  "));
     served?;
     driven?;
     Ok(0)

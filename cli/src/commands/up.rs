@@ -111,11 +111,11 @@ pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
     println!();
     output::views_table(&mut std::io::stdout().lock(), &status.instances)?;
     if let Some((stop, said)) = converged.stopped {
-        eprintln!("{said}");
+        eprintln!("{}", output::terminal_lines(&said, "  "));
         return Ok(stop.exit_code());
     }
     if let Some(why) = converged.timed_out {
-        eprintln!("{why}");
+        eprintln!("{}", output::terminal_lines(&why, "  "));
     }
     let rollout = backend.rollout(application.as_ref()).await?;
     Ok(up_exit_code(&rollout.instances))

@@ -22,6 +22,7 @@ mod scale;
 mod secrets;
 mod serve;
 mod targets;
+mod terminal;
 mod terraform;
 mod up_remote;
 mod watch;
