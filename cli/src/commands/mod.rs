@@ -158,8 +158,13 @@ fn filter(f: &Filter) -> Result<InstanceFilter> {
     })
 }
 
-fn load_bundle(config: &Path) -> Result<ConfigBundle> {
-    Ok(vergence_compiler::read_dir(config)?)
+/// The config directory `dir`, read as `global` allows: every command
+/// that reads a config directory reads it here.
+fn load_bundle(global: &Global, dir: &Path) -> Result<ConfigBundle> {
+    let options = vergence_compiler::ReadOptions {
+        allow_external_links: global.allow_external_links,
+    };
+    Ok(vergence_compiler::read_dir_with(dir, options)?)
 }
 
 /// Prints every config error, one per line, and a count.

@@ -11,7 +11,7 @@ use crate::args::{CompletionsArgs, Global, ValidateArgs};
 /// `--target` names, stores nothing. A serverless API refuses the same
 /// configs, with the same errors.
 pub fn validate(global: &Global, args: &ValidateArgs) -> Result<u8> {
-    let bundle = load_bundle(&global.config)?;
+    let bundle = load_bundle(global, &global.config)?;
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };

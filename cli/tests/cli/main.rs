@@ -9,6 +9,7 @@ mod api_schema;
 mod browser;
 mod commands;
 mod common;
+mod config_files;
 mod features;
 mod notifications;
 mod papercuts;
