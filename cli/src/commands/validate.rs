@@ -18,7 +18,7 @@ pub fn validate(global: &Global, args: &ValidateArgs) -> Result<u8> {
     let target = args.target.into();
     let refused = model.target_errors(target);
     if !refused.is_empty() {
-        print_config_errors(&refused.0);
+        print_config_errors(&refused.0, 0);
         return Ok(1);
     }
     warn_of_bare_scripts(model.as_ref(), &global.config, target);

@@ -6,6 +6,7 @@
 //! (a hang is the failure looked for) and asserts the refusal names the
 //! file and why, and that nothing was stored.
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,26 +46,40 @@ fn vergence(project: &Project, args: &[&str]) -> Run {
     finish(child, &format!("vergence {}", args.join(" ")))
 }
 
+/// Waits for `child`, reading its output as it comes (a child blocked on
+/// a full pipe would look like a hang), killing it after [`BOUND`].
 fn finish(mut child: Child, what: &str) -> Run {
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).unwrap();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
         if start.elapsed() > BOUND {
             child.kill().unwrap();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not end within {BOUND:?}\n--- stdout\n{}--- stderr\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            child.wait().unwrap();
+            break None;
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().unwrap();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    };
+    let run = Run {
+        code: status.and_then(|s| s.code()).unwrap_or(-1),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    assert!(
+        status.is_some(),
+        "{what} did not end within {BOUND:?}\n{run}"
+    );
+    run
 }
 
 fn symlink(target: impl AsRef<Path>, link: &Path) {
@@ -234,4 +249,66 @@ fn directory_link_loops_are_refused_not_followed() {
     symlink("..", &project.file("scripts/loop-b"));
     let run = vergence(&project, &["validate"]);
     assert_refused(&project, &run, "loop-a", "a loop");
+}
+
+#[test]
+fn a_config_with_thousands_of_errors_lists_the_first_hundred_and_counts_the_rest() {
+    let project = Project::quickstart();
+    let mut text = String::new();
+    for n in 0..3000 {
+        text.push_str(&format!(
+            "---\nservice:\n  name: svc{n}\n  runtime: no-such-runtime\n"
+        ));
+    }
+    project.write("broken.yaml", &text);
+    let run = vergence(&project, &["validate"]);
+    assert_eq!(run.code, 1, "{run}");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    let listed = lines
+        .iter()
+        .filter(|line| line.starts_with("broken.yaml:"))
+        .count();
+    assert_eq!(listed, 100, "{run}");
+    let total: usize = lines
+        .last()
+        .and_then(|line| line.strip_suffix(" error(s); nothing was stored"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count:\n{run}"));
+    assert!(total >= 3000, "{run}");
+    assert_eq!(
+        lines[lines.len() - 2],
+        format!("… and {} more error(s), not listed", total - 100),
+        "{run}"
+    );
+}
+
+#[test]
+fn file_names_an_api_would_refuse_are_refused_before_sending() {
+    use std::os::unix::ffi::OsStrExt;
+    for (name, reason) in [
+        (&b"a\nb.yaml"[..], "U+000A"),
+        ("a\u{202E}lmay.yaml".as_bytes(), "U+202E"),
+        ("a\u{200B}.yaml".as_bytes(), "U+200B"),
+        (b"a\\b.yaml", "use '/'"),
+        // Not UTF-8: kept as U+FFFD, which no API accepts either.
+        (b"a\xffb.yaml", "U+FFFD"),
+    ] {
+        let project = Project::quickstart();
+        std::fs::write(
+            project.path().join(std::ffi::OsStr::from_bytes(name)),
+            "# nothing\n",
+        )
+        .unwrap();
+        let run = vergence(&project, &["validate"]);
+        assert_eq!(run.code, 1, "{run}");
+        assert!(
+            run.stderr.contains(reason) && run.stderr.contains("a"),
+            "{name:?}: expected {reason:?}:\n{run}"
+        );
+        // The name is shown escaped, never as it is.
+        assert!(
+            !run.stderr.contains('\u{202E}') && run.stderr.lines().count() == 1,
+            "{run}"
+        );
+    }
 }

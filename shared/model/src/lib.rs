@@ -40,7 +40,9 @@ pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork
 pub use bundle::{ConfigBundle, ConfigPart, MAX_BUNDLE_PATH_BYTES, PartOf, check_bundle_path};
 pub use cloud_run::CloudRunService;
 pub use compiled::*;
-pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
+pub use diagnostics::{
+    ConfigError, ConfigErrors, ConfigLocation, MAX_LISTED_ERRORS, Positions, Source,
+};
 pub use ecs::EcsService;
 pub use error::{Error, Result};
 pub use event::*;

@@ -115,10 +115,13 @@ impl Walk<'_> {
                 continue;
             }
             let path = real.join(&name);
+            let utf8 = name.to_str().is_some();
             let relative = join(relative, &name);
             let meta = std::fs::symlink_metadata(&path).map_err(|e| self.io(&relative, e))?;
             if meta.file_type().is_symlink() {
-                self.link(&path, real, &name, relative)?;
+                self.link(&path, real, &name, relative, utf8)?;
+            } else if !utf8 && (meta.is_dir() || is_config_file(&name)) {
+                return Err(self.not_utf8(&relative));
             } else if meta.is_dir() {
                 // `path` has no link in it: `real` has none, nor has `name`.
                 if let Some(already) = self.read.get(&path) {
@@ -137,7 +140,14 @@ impl Walk<'_> {
     }
 
     /// The link at `path`, in directory `parent` (links resolved).
-    fn link(&mut self, path: &Path, parent: &Path, name: &OsStr, relative: String) -> Result<()> {
+    fn link(
+        &mut self,
+        path: &Path,
+        parent: &Path,
+        name: &OsStr,
+        relative: String,
+        utf8: bool,
+    ) -> Result<()> {
         let target = match path.canonicalize() {
             Ok(target) => target,
             Err(e) => {
@@ -154,6 +164,9 @@ impl Walk<'_> {
         if !read {
             // Not config (a README, a script): not read, so not refused.
             return Ok(());
+        }
+        if !utf8 {
+            return Err(self.not_utf8(&relative));
         }
         if !meta.is_dir() && !meta.is_file() {
             return Err(self.refuse(
@@ -250,6 +263,16 @@ impl Walk<'_> {
         Ok(())
     }
 
+    /// A name that is not UTF-8 cannot be a bundle's path as it is, and
+    /// one made UTF-8 would be another file's name.
+    fn not_utf8(&self, relative: &str) -> Error {
+        let name = self.shown.join(relative).display().to_string();
+        Error::invalid(
+            format!("{name:?}"),
+            "the name is not UTF-8 (shown with U+FFFD); config file and directory names must be",
+        )
+    }
+
     fn too_large(&self, relative: &str) -> Error {
         self.refuse(
             relative,
@@ -273,8 +296,7 @@ fn is_config_file(name: &OsStr) -> bool {
         .any(|ext| name.ends_with(ext))
 }
 
-/// `relative/name`; a name that is not UTF-8 is kept lossily, and refused
-/// by [`check_bundle_path`] if it names a config file.
+/// `relative/name`; a name that is not UTF-8 is kept lossily, for errors.
 fn join(relative: &str, name: &OsStr) -> String {
     let name = name.to_string_lossy();
     if relative.is_empty() {
