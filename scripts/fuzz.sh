@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (cargo fuzz, libFuzzer) of what Vergence reads from
-# outside: config YAML, the templates in it, and a structured fetch's stdout.
+# outside: config YAML, the templates in it, a structured fetch's stdout, and
+# config directories of odd file types (FIFOs, devices, links out and loops).
 #
 #   scripts/fuzz.sh              CI mode: 30 s per target, libFuzzer seed 1
 #   scripts/fuzz.sh 300          5 minutes per target, random seed
@@ -26,7 +27,7 @@ FUZZ_SEED="${FUZZ_SEED:-0}"
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(compile_config template structured_fetch)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(compile_config template structured_fetch config_dir)
 
 CARGO_FUZZ_VERSION=0.13.2
 TOOLS="$PWD/.tools/cargo-fuzz"
@@ -95,12 +96,16 @@ for target in "${TARGETS[@]}"; do
   log="fuzz/logs/$target.log"
   # -timeout and -rss_limit_mb make a slow or memory-hungry input a
   # failure like a panic: hostile config must not hang or exhaust a worker.
+  mkdir -p "fuzz/corpus/$target"
   corpora=("fuzz/corpus/$target")
   [ ! -d "fuzz/seeds/$target" ] || corpora+=("fuzz/seeds/$target")
   dict="fuzz/dicts/$target.dict"
   [ -f "$dict" ] || dict="fuzz/corpus/$target.dict"
+  # config_dir's input is a list of operations, not text: no dictionary.
+  dict_option=()
+  [ ! -f "$dict" ] || dict_option=(-dict="$dict")
   if cargo fuzz run "${FUZZ_FLAGS[@]}" "$target" "${corpora[@]}" -- \
-    -dict="$dict" -seed="$FUZZ_SEED" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
+    "${dict_option[@]}" -seed="$FUZZ_SEED" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
     -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 >"$log" 2>&1; then
     status=ok
   else

@@ -29,6 +29,10 @@ pub struct Global {
     /// first `release` then store that config.
     #[arg(skip)]
     pub config_given: bool,
+    /// Follow links in the config directory that lead out of it (refused
+    /// by default: the config is then what is in its directory).
+    #[arg(long, global = true)]
+    pub allow_external_links: bool,
     /// The state file [default: <config>/.vergence/state.db]
     #[arg(long, global = true, value_name = "FILE")]
     pub state: Option<PathBuf>,

@@ -103,15 +103,21 @@ pub struct Converged {
     pub timed_out: Option<String>,
 }
 
-/// A config the state (or the API) refused, with every error.
+/// A config the state (or the API) refused, with its errors: every one, or
+/// the first ones an API listed and how many `more` it did not.
 #[derive(Debug)]
 pub struct InvalidConfig {
     pub errors: Vec<ConfigError>,
+    pub more: usize,
 }
 
 impl std::fmt::Display for InvalidConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} error(s); nothing was stored", self.errors.len())
+        write!(
+            f,
+            "{} error(s); nothing was stored",
+            self.errors.len() + self.more
+        )
     }
 }
 

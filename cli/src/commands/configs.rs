@@ -25,7 +25,7 @@ pub async fn run(ctx: &Context<'_>, command: &ConfigsCommand) -> Result<u8> {
 
 async fn push(ctx: &Context<'_>, args: &ConfigsPushArgs) -> Result<u8> {
     let dir = args.dir.as_deref().unwrap_or(&ctx.global.config);
-    let bundle = load_bundle(dir)?;
+    let bundle = load_bundle(ctx.global, dir)?;
     let application: Option<ApplicationName> = optional_name(args.application.as_deref(), "--app")?;
     // A whole config is checked before the local state is opened, so a
     // rejected one creates none; an API checks what it receives.

@@ -25,7 +25,7 @@ use anyhow::{Result, anyhow, bail};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::{ApplyReport, PauseAction};
 use vergence_model::ports::{CompiledConfig, Compiler, InstanceFilter, StateStore};
-use vergence_model::{ConfigBundle, ConfigError, ConfigPart, DeploymentTarget};
+use vergence_model::{ConfigBundle, ConfigError, ConfigErrors, ConfigPart, DeploymentTarget};
 
 use crate::args::{Command, Filter, Global};
 use crate::backend::api::Api;
@@ -158,17 +158,29 @@ fn filter(f: &Filter) -> Result<InstanceFilter> {
     })
 }
 
-fn load_bundle(config: &Path) -> Result<ConfigBundle> {
-    Ok(vergence_compiler::read_dir(config)?)
+/// The config directory `dir`, read as `global` allows: every command
+/// that reads a config directory reads it here.
+fn load_bundle(global: &Global, dir: &Path) -> Result<ConfigBundle> {
+    let options = vergence_compiler::ReadOptions {
+        allow_external_links: global.allow_external_links,
+    };
+    Ok(vergence_compiler::read_dir_with(dir, options)?)
 }
 
-/// Prints every config error, one per line, and a count.
-fn print_config_errors(errors: &[ConfigError]) {
+/// Prints the config errors, one per line, at most
+/// [`MAX_LISTED_ERRORS`](vergence_model::MAX_LISTED_ERRORS), then how many more there are (`more` of them
+/// beyond `errors`, as an API counts those it did not list) and a count.
+fn print_config_errors(errors: &[ConfigError], more: usize) {
+    let (listed, unlisted) = ConfigErrors(errors.to_vec()).listed();
     // Errors quote keys, values and file names of the config as written.
-    for e in errors {
+    for e in &listed {
         eprintln!("{}", crate::output::terminal_lines(&e.to_string(), "    "));
     }
-    eprintln!("{} error(s); nothing was stored", errors.len());
+    let total = errors.len() + more;
+    if unlisted + more > 0 {
+        eprintln!("… and {} more error(s), not listed", unlisted + more);
+    }
+    eprintln!("{total} error(s); nothing was stored");
 }
 
 /// Exit 1 with every error for a config that does not compile, as
@@ -178,7 +190,7 @@ fn config_rejected<T>(result: Result<T>) -> Result<Result<T, u8>> {
         Ok(value) => Ok(Ok(value)),
         Err(e) => match e.downcast_ref::<InvalidConfig>() {
             Some(invalid) => {
-                print_config_errors(&invalid.errors);
+                print_config_errors(&invalid.errors, invalid.more);
                 Ok(Err(1))
             }
             None => Err(e),
@@ -191,7 +203,7 @@ fn compile(bundle: &ConfigBundle) -> Result<Option<Arc<dyn CompiledConfig>>> {
     match YamlCompiler.compile(bundle) {
         Ok(model) => Ok(Some(model)),
         Err(vergence_model::Error::Config(errors)) => {
-            print_config_errors(&errors.0);
+            print_config_errors(&errors.0, 0);
             Ok(None)
         }
         Err(e) => Err(e.into()),

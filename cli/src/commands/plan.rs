@@ -8,7 +8,7 @@ use crate::backend::Access;
 use crate::output;
 
 pub async fn run(ctx: &Context<'_>) -> Result<u8> {
-    let bundle = load_bundle(&ctx.global.config)?;
+    let bundle = load_bundle(ctx.global, &ctx.global.config)?;
     // Planning reads state if there is some, and never creates it.
     let backend = ctx.backend(Access::IfPresent)?;
     let plan = match config_rejected(backend.plan(bundle).await)? {

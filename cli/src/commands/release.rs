@@ -66,7 +66,7 @@ fn parse_params(raw: &[String]) -> Result<BTreeMap<String, String>> {
 /// Stores the config in `--config` into a new state; `None` when the
 /// config has errors (printed).
 async fn store_config_first(ctx: &Context<'_>) -> Result<Option<Box<dyn Backend>>> {
-    let bundle = load_bundle(&ctx.global.config)?;
+    let bundle = load_bundle(ctx.global, &ctx.global.config)?;
     let Some(model) = compile(&bundle)? else {
         return Ok(None);
     };

@@ -23,7 +23,7 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     // before it listens.
     let given = match global.config_given {
         true => {
-            let bundle = load_bundle(&global.config)?;
+            let bundle = load_bundle(global, &global.config)?;
             let Some(model) = compile(&bundle)? else {
                 return Ok(1);
             };

@@ -26,7 +26,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 pub async fn run(ctx: &Context<'_>, args: &UpArgs) -> Result<u8> {
     let global = ctx.global;
-    let bundle = load_bundle(&global.config)?;
+    let bundle = load_bundle(global, &global.config)?;
     // Checked before the state is opened: a rejected config stores nothing.
     let Some(model) = compile(&bundle)? else {
         return Ok(1);

@@ -11,14 +11,14 @@ use crate::args::{CompletionsArgs, Global, ValidateArgs};
 /// `--target` names, stores nothing. A serverless API refuses the same
 /// configs, with the same errors.
 pub fn validate(global: &Global, args: &ValidateArgs) -> Result<u8> {
-    let bundle = load_bundle(&global.config)?;
+    let bundle = load_bundle(global, &global.config)?;
     let Some(model) = compile(&bundle)? else {
         return Ok(1);
     };
     let target = args.target.into();
     let refused = model.target_errors(target);
     if !refused.is_empty() {
-        print_config_errors(&refused.0);
+        print_config_errors(&refused.0, 0);
         return Ok(1);
     }
     warn_of_bare_scripts(model.as_ref(), &global.config, target);

@@ -10,6 +10,7 @@ mod audit;
 mod browser;
 mod commands;
 mod common;
+mod config_files;
 mod features;
 mod notifications;
 mod papercuts;

@@ -59,6 +59,7 @@ impl ApiError {
             message,
             field,
             errors: Vec::new(),
+            more_errors: 0,
         };
         match self {
             ApiError::InvalidInput { field, .. } => (
@@ -101,19 +102,30 @@ fn control_parts(e: &vergence_model::Error) -> (StatusCode, ErrorBody) {
                 message,
                 field,
                 errors: Vec::new(),
+                more_errors: 0,
             },
         )
     };
     match e {
-        E::Config(errors) => (
-            StatusCode::BAD_REQUEST,
-            ErrorBody {
-                code: "invalidConfig".to_owned(),
-                message: format!("{} error(s); nothing was stored", errors.len()),
-                field: Some("files".to_owned()),
-                errors: errors.0.clone(),
-            },
-        ),
+        E::Config(errors) => {
+            // Bounded: a big config with an error in every document would
+            // otherwise be answered with a body several times its size.
+            let (listed, more_errors) = errors.listed();
+            let mut message = format!("{} error(s); nothing was stored", errors.len());
+            if more_errors > 0 {
+                message.push_str(&format!("; the first {} are listed", listed.len()));
+            }
+            (
+                StatusCode::BAD_REQUEST,
+                ErrorBody {
+                    code: "invalidConfig".to_owned(),
+                    message,
+                    field: Some("files".to_owned()),
+                    errors: listed,
+                    more_errors,
+                },
+            )
+        }
         E::InvalidRequest { field, message } => {
             let field = api_field(field);
             plain(
@@ -148,6 +160,7 @@ fn internal(e: &dyn std::error::Error) -> (StatusCode, ErrorBody) {
             message: "internal error; the server log has the details".to_owned(),
             field: None,
             errors: Vec::new(),
+            more_errors: 0,
         },
     )
 }

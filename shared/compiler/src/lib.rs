@@ -21,7 +21,7 @@ pub mod template;
 
 pub use check::{check, check_docker_image};
 pub use config::json_schema::{SCHEMA_URL, config_json_schema};
-pub use config::read_dir;
+pub use config::{ReadOptions, read_dir, read_dir_with};
 pub use model::ConfigModel;
 pub use port::YamlCompiler;
 pub use render::promotion_order;

@@ -87,6 +87,80 @@ impl ConfigBundle {
     }
 }
 
+/// Longest file path (in bytes) a bundle may hold.
+pub const MAX_BUNDLE_PATH_BYTES: usize = 512;
+
+/// Whether `path` may name a file of a config bundle, and if not, why.
+/// One rule for both ends: the CLI refuses to bundle a file of the config
+/// directory it breaks, and the API refuses a pushed bundle with such a
+/// path, so the API stores nothing the CLI would never have sent. A path
+/// is relative and `/`-separated, names a `*.yaml`, `*.yml` or `*.json`
+/// file, and has no empty, `.`, `..` or hidden (`.name`) segment, and no
+/// control or invisible formatting character (a newline, U+202E
+/// right-to-left override, U+200B zero-width space…), which would make a
+/// path in an error or a listing read as another.
+pub fn check_bundle_path(path: &str) -> Result<(), String> {
+    if path.is_empty() || path.len() > MAX_BUNDLE_PATH_BYTES {
+        return Err(format!(
+            "a path must have 1 to {MAX_BUNDLE_PATH_BYTES} bytes"
+        ));
+    }
+    if let Some(c) = path.chars().find(|&c| is_hidden_char(c)) {
+        return Err(format!(
+            "the path has the control or formatting character U+{:04X}",
+            u32::from(c)
+        ));
+    }
+    if path.contains('\\') {
+        return Err("use '/' to separate directories".to_owned());
+    }
+    if path.starts_with('/') {
+        return Err("paths are relative to the config directory; no leading '/'".to_owned());
+    }
+    for segment in path.split('/') {
+        match segment {
+            "" => return Err("the path has an empty segment ('//' or a trailing '/')".to_owned()),
+            "." | ".." => {
+                return Err(
+                    "paths are relative to the config directory, without '.' or '..' segments"
+                        .to_owned(),
+                );
+            }
+            hidden if hidden.starts_with('.') => {
+                return Err(format!(
+                    "{hidden:?} is hidden (starts with '.'); hidden files and directories are not part of a config"
+                ));
+            }
+            _ => {}
+        }
+    }
+    if ![".yaml", ".yml", ".json"]
+        .iter()
+        .any(|ext| path.ends_with(ext))
+    {
+        return Err(
+            "only *.yaml and *.yml files (and *.json files services name) belong in a config bundle"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// A character that is invisible or changes how the text around it is
+/// shown: controls (Unicode Cc), formatting characters (Cf: the bidi
+/// overrides and isolates, zero-width spaces and joiners, the byte order
+/// mark…) and the line and paragraph separators.
+fn is_hidden_char(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
+}
+
 /// One part of a config: an application's (its application document, its
 /// services and the runtimes and protections only it uses) or the
 /// platform's (what several applications share, or none uses).
@@ -181,6 +255,44 @@ mod tests {
             serde_json::to_string(&stored).unwrap(),
             r#"{"files":{"a.yaml":"x"},"root":null}"#
         );
+    }
+
+    #[test]
+    fn bundle_paths_are_plain_relative_config_file_names() {
+        for ok in [
+            "application.yaml",
+            "apps/shop/services.yml",
+            "ecs/task-definition.json",
+            "Ünïcödé/日本.yaml",
+            "a..b/c.d.yaml",
+        ] {
+            assert_eq!(check_bundle_path(ok), Ok(()), "{ok}");
+        }
+        let long = format!("{}.yaml", "a".repeat(MAX_BUNDLE_PATH_BYTES));
+        for bad in [
+            "",
+            long.as_str(),
+            "/etc/app.yaml",
+            "../app.yaml",
+            "a/../../b.yaml",
+            "./app.yaml",
+            "a/./b.yaml",
+            "a//b.yaml",
+            "a/b.yaml/",
+            "a\\b.yaml",
+            "notes.txt",
+            ".hidden.yaml",
+            "a/.git/config.yaml",
+            "a\0b.yaml",
+            "a\nb.yaml",
+            "a\u{202E}lmay.exe.yaml",
+            "a\u{200B}.yaml",
+            "a\u{2066}b.yaml",
+            "a\u{FEFF}b.yaml",
+            "a\u{2028}b.yaml",
+        ] {
+            assert!(check_bundle_path(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

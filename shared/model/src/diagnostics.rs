@@ -37,7 +37,30 @@ impl fmt::Display for ConfigError {
 #[serde(transparent)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
+/// The most config errors an answer lists (the API's `invalidConfig`, the
+/// CLI's output); the rest are counted. A config pushed to be validated can
+/// have tens of thousands of errors, and the first hundred say what is
+/// wrong as well as all of them would, in a bounded answer.
+pub const MAX_LISTED_ERRORS: usize = 100;
+
 impl ConfigErrors {
+    /// The errors to list, at most [`MAX_LISTED_ERRORS`] of them, each
+    /// field clipped to a sentence, and how many more there are.
+    pub fn listed(&self) -> (Vec<ConfigError>, usize) {
+        let listed = self
+            .0
+            .iter()
+            .take(MAX_LISTED_ERRORS)
+            .map(|error| ConfigError {
+                file: crate::text::sentence(error.file.clone()),
+                line: error.line,
+                path: crate::text::sentence(error.path.clone()),
+                message: crate::text::sentence(error.message.clone()),
+            })
+            .collect();
+        (listed, self.0.len().saturating_sub(MAX_LISTED_ERRORS))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -37,10 +37,12 @@ pub mod token;
 pub mod window;
 
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
-pub use bundle::{ConfigBundle, ConfigPart, PartOf};
+pub use bundle::{ConfigBundle, ConfigPart, MAX_BUNDLE_PATH_BYTES, PartOf, check_bundle_path};
 pub use cloud_run::CloudRunService;
 pub use compiled::*;
-pub use diagnostics::{ConfigError, ConfigErrors, ConfigLocation, Positions, Source};
+pub use diagnostics::{
+    ConfigError, ConfigErrors, ConfigLocation, MAX_LISTED_ERRORS, Positions, Source,
+};
 pub use ecs::EcsService;
 pub use error::{Error, Result};
 pub use event::*;

@@ -150,12 +150,14 @@ impl Client {
                     .to_owned(),
                 field: None,
                 errors: Vec::new(),
+                more_errors: 0,
             },
         };
         // Like `vergence validate`: every error on its own line, exit 1.
         if error.code == "invalidConfig" {
             return Err(InvalidConfig {
                 errors: error.errors,
+                more: error.more_errors,
             }
             .into());
         }

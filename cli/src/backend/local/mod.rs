@@ -115,6 +115,7 @@ fn rejected(error: impl Into<anyhow::Error>) -> anyhow::Error {
     match error.downcast_ref::<vergence_model::Error>() {
         Some(vergence_model::Error::Config(errors)) => InvalidConfig {
             errors: errors.0.clone(),
+            more: 0,
         }
         .into(),
         _ => error,

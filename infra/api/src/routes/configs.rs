@@ -8,8 +8,6 @@
 //! as invalid, a config whose jobs it could not start
 //! ([`ApiConfig::target`](crate::ApiConfig::target)).
 
-use std::path::{Component, Path};
-
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path as PathParam, Query, Request, State};
@@ -17,16 +15,13 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use vergence_engine::control::{PartVersion, PreparedPush};
-use vergence_model::ConfigBundle;
 use vergence_model::{ApplicationName, ConfigPart, Scope};
+use vergence_model::{ConfigBundle, check_bundle_path};
 
 use super::{parse_json, parse_name, path_error, query_error, read_body, read_optional_json};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{ConfigPushRequest, PlanEntryView, PlanResponse, ValidationReport};
 use crate::{ApiError, ApiState};
-
-/// Longest accepted file path in a bundle.
-const MAX_PATH_LEN: usize = 512;
 
 /// Versions listed unless `limit` says otherwise, and the most it may say.
 const DEFAULT_VERSION_LIMIT: usize = 50;
@@ -305,8 +300,11 @@ fn runs_here(api: &ApiState, prepared: &PreparedPush) -> Result<(), ApiError> {
     }
 }
 
-/// The bundle of an upload: relative `*.yaml`/`*.yml`/`*.json` paths only, so a
-/// path can never point a job's working directory outside the config root.
+/// The bundle of an upload: only paths the CLI would send
+/// ([`check_bundle_path`]: relative `*.yaml`/`*.yml`/`*.json` paths without
+/// `.`, `..`, empty or hidden segments, control or formatting characters),
+/// so a path can never point a job's working directory outside the config
+/// root nor read as another in a listing.
 fn bundle_of(push: ConfigPushRequest) -> Result<ConfigBundle, ApiError> {
     let files = push
         .files
@@ -318,63 +316,8 @@ fn bundle_of(push: ConfigPushRequest) -> Result<ConfigBundle, ApiError> {
         ));
     }
     for path in files.keys() {
-        check_path(path)
+        check_bundle_path(path)
             .map_err(|message| ApiError::invalid(format!("files[{path:?}]"), message))?;
     }
     Ok(ConfigBundle::from_files(files))
-}
-
-fn check_path(path: &str) -> Result<(), String> {
-    if path.is_empty() || path.len() > MAX_PATH_LEN {
-        return Err(format!("a path must have 1 to {MAX_PATH_LEN} characters"));
-    }
-    if ![".yaml", ".yml", ".json"]
-        .iter()
-        .any(|ext| path.ends_with(ext))
-    {
-        return Err(
-            "only *.yaml and *.yml files (and *.json files services name) belong in a config bundle"
-                .to_owned(),
-        );
-    }
-    if path.contains('\\') {
-        return Err("use '/' to separate directories".to_owned());
-    }
-    let relative_and_plain = Path::new(path)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_)));
-    if !relative_and_plain {
-        return Err(
-            "paths are relative to the config directory, without '.', '..' or a leading '/'"
-                .to_owned(),
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_path;
-
-    #[test]
-    fn bundle_paths_stay_inside_the_config_directory() {
-        for ok in [
-            "application.yaml",
-            "apps/shop/services.yml",
-            "ecs/task-definition.json",
-        ] {
-            assert!(check_path(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            "/etc/app.yaml",
-            "../app.yaml",
-            "a/../../b.yaml",
-            "./app.yaml",
-            "a\\b.yaml",
-            "notes.txt",
-        ] {
-            assert!(check_path(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -277,9 +277,18 @@ pub struct ErrorBody {
     /// The input at fault (`version`, `params.replicas`, `body`, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// For `invalidConfig`: every problem, with file, line and field path.
+    /// For `invalidConfig`: the problems, with file, line and field path;
+    /// the first [`MAX_LISTED_ERRORS`](vergence_model::MAX_LISTED_ERRORS).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<ConfigError>,
+    /// For `invalidConfig`: how many problems there are beyond those
+    /// listed in `errors` (absent when they are all listed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_errors: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `GET /v1/whoami`: what the presented token is, so a client (the status

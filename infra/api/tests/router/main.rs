@@ -8,6 +8,7 @@
 mod alerts;
 mod auth;
 mod common;
+mod config_limits;
 mod configs;
 mod delivery;
 mod openapi;

@@ -3,77 +3,20 @@
 //! [`ParsedDocument`] with positions for error messages.
 
 pub mod json_schema;
+mod read;
 pub mod schema;
 pub mod yaml;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+pub use read::{ReadOptions, read_dir, read_dir_with};
+
+use std::path::Path;
 
 use schema::DocumentBody;
-use vergence_model::{ConfigBundle, ConfigError, Error, Result, Source};
+use vergence_model::{ConfigBundle, ConfigError, Source};
 
 /// Config files larger than this are refused; they are almost certainly not
 /// hand-written config.
-const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
-/// Reads every `*.yaml` / `*.yml` file under `dir` into a bundle, and the
-/// `*.json` files services may point at (an ECS task definition), skipping
-/// hidden directories (such as `.vergence`, where local state lives).
-pub fn read_dir(dir: &Path) -> Result<ConfigBundle> {
-    let root = dir.canonicalize().map_err(|source| Error::ReadConfig {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let mut files = BTreeMap::new();
-    collect_yaml(&root, &root, &mut files)?;
-    if files.is_empty() {
-        return Err(Error::invalid(
-            "config",
-            format!("no *.yaml files found in {}", dir.display()),
-        ));
-    }
-    let mut bundle = ConfigBundle::from_files(files);
-    bundle.root = Some(root.display().to_string());
-    Ok(bundle)
-}
-
-fn collect_yaml(root: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -> Result<()> {
-    let read_error = |path: &Path, source| Error::ReadConfig {
-        path: path.display().to_string(),
-        source,
-    };
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| read_error(dir, e))?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| read_error(dir, e))?;
-    entries.sort();
-    for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('.') {
-            continue;
-        }
-        let meta = std::fs::metadata(&path).map_err(|e| read_error(&path, e))?;
-        if meta.is_dir() {
-            collect_yaml(root, &path, files)?;
-        } else if name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json") {
-            if meta.len() > MAX_FILE_BYTES {
-                return Err(Error::invalid(
-                    path.display().to_string(),
-                    format!("config files are limited to {MAX_FILE_BYTES} bytes"),
-                ));
-            }
-            let text = std::fs::read_to_string(&path).map_err(|e| read_error(&path, e))?;
-            let relative = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            files.insert(relative, text);
-        }
-    }
-    Ok(())
-}
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// One document of the config, typed, with where it came from.
 #[derive(Debug)]
