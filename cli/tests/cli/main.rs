@@ -10,6 +10,7 @@ mod browser;
 mod commands;
 mod common;
 mod features;
+mod limits;
 mod notifications;
 mod papercuts;
 mod parity;
