@@ -17,6 +17,7 @@ mod parity;
 mod per_app;
 mod policies;
 mod quickstart;
+mod release_input;
 mod reliability;
 mod scale;
 mod serve;
