@@ -374,6 +374,31 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the URL is printed).
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: String,
+    /// A request's headers must arrive within this long of the server
+    /// starting to wait for them; a client trickling them is cut off.
+    #[arg(
+        long,
+        env = "VERGENCE_HEADER_READ_TIMEOUT",
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = duration
+    )]
+    pub header_read_timeout: std::time::Duration,
+    /// A connection that sends and receives nothing for this long, while
+    /// none of its requests is being answered, is closed.
+    #[arg(
+        long,
+        env = "VERGENCE_IDLE_TIMEOUT",
+        default_value = "15s",
+        value_name = "DURATION",
+        value_parser = duration
+    )]
+    pub idle_timeout: std::time::Duration,
+    /// Most connections open at once; more wait until one closes [default:
+    /// half the descriptors free at start (ulimit -n), at most 1024; the
+    /// rest is kept for jobs].
+    #[arg(long, env = "VERGENCE_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
     #[command(flatten)]
     pub runners: RunnerArgs,
 }

@@ -5,6 +5,7 @@ mod args;
 mod backend;
 mod commands;
 mod lint;
+mod listen;
 mod output;
 mod progress;
 mod runners;

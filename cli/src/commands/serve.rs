@@ -41,6 +41,13 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
         ),
         None => None,
     };
+    // Counted before listening, so the descriptors it leaves to jobs are
+    // those of a process that has opened its state.
+    let limits = crate::listen::Limits {
+        header_read_timeout: args.header_read_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections: crate::listen::max_connections(args.max_connections)?,
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -112,12 +119,8 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
         received
     };
     let serving = async {
-        let result = axum::serve(listener, api)
-            .with_graceful_shutdown(wait_for_stop(stopped.clone()))
-            .await
-            .context("serving the API");
+        crate::listen::serve(listener, api, limits, wait_for_stop(stopped.clone())).await;
         stop.send_replace(true);
-        result
     };
     let driving = async {
         let result = driver
@@ -131,7 +134,7 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
         stop.send_replace(true);
         result
     };
-    let (received, served, driven) = tokio::join!(signal, serving, driving);
+    let (received, (), driven) = tokio::join!(signal, serving, driving);
     // Whatever stopped the server, the jobs it started end recorded.
     let said = shutdown::wind_down(
         &local_runner,
@@ -142,7 +145,6 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     .await;
     finish_notifier(notifier).await;
     eprintln!("{}", crate::output::terminal_lines(&said, "  "));
-    served?;
     driven?;
     Ok(0)
 }

@@ -48,6 +48,12 @@ service:
 #[test]
 fn release_waits_for_approval_in_prod_then_converges_on_that_version() {
     let project = gated_project();
+    // v1 first, so that approving it (another version than the desired
+    // one) below approves a released version. No state yet: given
+    // --config (as every run here is), the release stores that config
+    // first (tests/papercuts.rs covers it).
+    let run = project.vergence(&["release", "api", "v1", "--app", "shop"]);
+    assert_eq!(run.code, 0, "{run}");
     let run = project.vergence(&[
         "release",
         "api",
@@ -57,8 +63,6 @@ fn release_waits_for_approval_in_prod_then_converges_on_that_version() {
         "--param",
         "flavor=spicy",
     ]);
-    // No state yet: given --config (as every run here is), the release
-    // stores that config first (tests/papercuts.rs covers it).
     assert_eq!(run.code, 0, "{run}");
 
     project.up(3);

@@ -181,8 +181,11 @@ fn webhook_mac(secret: &str, timestamp: &str, body: &[u8]) -> Result<HmacSha256,
 }
 
 /// When a webhook secret is configured, a webhook request must carry a
-/// valid signature of its exact body, made within the allowed skew.
-pub(crate) fn verify_webhook(
+/// valid signature of its exact body, made within the allowed skew, and
+/// not used before: the store remembers each signature past the window,
+/// with a conditional write, so that of two API instances given the same
+/// request only one accepts it.
+pub(crate) async fn verify_webhook(
     state: &ApiState,
     headers: &HeaderMap,
     body: &[u8],
@@ -233,8 +236,27 @@ pub(crate) fn verify_webhook(
             "the webhook is replayed or stale: it was signed {when} (at most {MAX_WEBHOOK_SKEW_SECONDS}s either way)"
         )));
     }
+    // Remembered until the timestamp is out of the window everywhere, with
+    // a minute for API instances whose clocks differ.
+    let expires_at = jiff::Timestamp::from_second(
+        timestamp.saturating_add(MAX_WEBHOOK_SKEW_SECONDS + SIGNATURE_MEMORY_MARGIN_SECONDS),
+    )
+    .map_err(|_| ApiError::Authenticate(format!("{TIMESTAMP_HEADER} is out of range")))?;
+    let first_use = state
+        .store
+        .use_webhook_signature(&hex::encode(&signature), state.clock.now(), expires_at)
+        .await?;
+    if !first_use {
+        return Err(ApiError::Authenticate(
+            "the webhook is replayed: this signature was already used (each signed request is accepted once; sign it again to send it again)"
+                .to_owned(),
+        ));
+    }
     Ok(())
 }
+
+/// How long past the skew window a used signature is remembered.
+const SIGNATURE_MEMORY_MARGIN_SECONDS: i64 = 60;
 
 #[cfg(test)]
 mod tests {

@@ -136,7 +136,9 @@ fn control_parts(e: &vergence_model::Error) -> (StatusCode, ErrorBody) {
             )
         }
         E::NotFound { .. } => plain(StatusCode::NOT_FOUND, "notFound", None, e.to_string()),
-        E::Conflict { .. } => plain(StatusCode::CONFLICT, "conflict", None, e.to_string()),
+        E::Conflict { .. } | E::Exists { .. } => {
+            plain(StatusCode::CONFLICT, "conflict", None, e.to_string())
+        }
         E::Store { .. } | E::Queue { .. } if e.is_retryable() => {
             error!(error = %e, "request failed; retryable");
             plain(

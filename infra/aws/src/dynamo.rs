@@ -22,6 +22,7 @@
 //! | approval | `approvals#<instance id>` | `<at, epoch ms, 15 digits>#<random>` | `body` |
 //! | alert state | `alerts` | `alert#<alert name>` | `body` |
 //! | API token | `tokens` | `token#<token id>` | `application` S or `agent` S, `body` (secret hashed) |
+//! | used webhook signature | `signature#<hex>` | `webhook` | `ttl` N (when it may be used again), `use_token` S |
 //! | agent | `agents` | `agent#<agent name>` | `body` |
 //! | agent work item | `agent#<agent name>` | `work#<work id>` | [`leased_until` N (epoch ms)], `deliveries` N, `body` |
 //! | event | `events#<app>` | `<event id>` | [`service` S], [`release_channel` S], `body`, `ttl` N |

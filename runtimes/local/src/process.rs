@@ -77,6 +77,15 @@ async fn run(
     let started = Instant::now();
     let mut child = match prepared.command.spawn() {
         Ok(child) => child,
+        Err(e) if out_of_descriptors(&e) => {
+            // Not the job's fault, and it passes as other jobs and
+            // connections end: started again later, not a failed attempt.
+            let message = format!(
+                "cannot start {} yet: {e}; this vergence process has no file descriptors left for its pipes (ulimit -n)",
+                prepared.starter
+            );
+            return JobResult::not_started_for_now(message, Timestamp::now());
+        }
         Err(e) => {
             let message = match &prepared.container {
                 Some(container) => format!(
@@ -139,6 +148,14 @@ async fn run(
     };
     result.mask(&prepared.secrets);
     result
+}
+
+/// The process (EMFILE) or the system (ENFILE) has no descriptor left for
+/// the child's pipes.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error()
+        .is_some_and(|code| code == Errno::EMFILE as i32 || code == Errno::ENFILE as i32)
 }
 
 /// Why the container never ran, when its engine says it failed itself.

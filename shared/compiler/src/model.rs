@@ -106,6 +106,7 @@ impl ConfigModel {
         service: &ServiceName,
         raw: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, ParamValue>> {
+        vergence_model::release::check_param_sizes(raw)?;
         let (_, svc) = self.service(app, service)?;
         let mut typed = BTreeMap::new();
         for (name, value) in raw {

@@ -29,6 +29,11 @@ pub enum Error {
     #[error("{what} was changed concurrently")]
     Conflict { what: String },
 
+    /// What the request would create exists already, otherwise (a version
+    /// released with other parameters); retrying cannot help.
+    #[error("{message}")]
+    Exists { message: String },
+
     #[error("state store: {operation} failed: {source}")]
     Store {
         operation: &'static str,
@@ -71,6 +76,7 @@ impl Error {
             Error::Config(_)
             | Error::ReadConfig { .. }
             | Error::InvalidRequest { .. }
+            | Error::Exists { .. }
             | Error::NotFound { .. } => false,
         }
     }

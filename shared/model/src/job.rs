@@ -153,7 +153,14 @@ pub enum JobOutcome {
     /// Nobody reported a result before the deadline.
     Lost,
     /// The runner could not start it (missing program, no runner configured).
-    NotStarted { message: String },
+    NotStarted {
+        message: String,
+        /// The runner lacked something that comes back by itself (its
+        /// process was out of file descriptors): not a failed attempt;
+        /// the job is started again later.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        transient: bool,
+    },
     /// The platform ended it without the program's exit code: the image
     /// could not be pulled, the task was stopped by the platform, a quota.
     PlatformFailed { message: String },
@@ -167,7 +174,7 @@ impl fmt::Display for JobOutcome {
             JobOutcome::Exited => f.write_str("exited"),
             JobOutcome::TimedOut => f.write_str("timed out"),
             JobOutcome::Lost => f.write_str("lost"),
-            JobOutcome::NotStarted { message } => write!(f, "not started: {message}"),
+            JobOutcome::NotStarted { message, .. } => write!(f, "not started: {message}"),
             JobOutcome::PlatformFailed { message } => {
                 write!(f, "failed on its platform: {message}")
             }
@@ -235,8 +242,33 @@ impl JobResult {
         Self::without_output(
             JobOutcome::NotStarted {
                 message: message.into(),
+                transient: false,
             },
             at,
+        )
+    }
+
+    /// A result for a job that could not start for now, for lack of
+    /// something that comes back by itself: not a failed attempt.
+    pub fn not_started_for_now(message: impl Into<String>, at: Timestamp) -> Self {
+        Self::without_output(
+            JobOutcome::NotStarted {
+                message: message.into(),
+                transient: true,
+            },
+            at,
+        )
+    }
+
+    /// True when it could not start for now and is to be started again
+    /// later, without counting as a failed attempt.
+    pub fn is_transient_not_started(&self) -> bool {
+        matches!(
+            self.outcome,
+            JobOutcome::NotStarted {
+                transient: true,
+                ..
+            }
         )
     }
 
@@ -249,7 +281,7 @@ impl JobResult {
         secrets.apply_in_place(&mut self.stdout);
         secrets.apply_in_place(&mut self.stderr_tail);
         match &mut self.outcome {
-            JobOutcome::NotStarted { message } | JobOutcome::PlatformFailed { message } => {
+            JobOutcome::NotStarted { message, .. } | JobOutcome::PlatformFailed { message } => {
                 secrets.apply_in_place(message);
             }
             JobOutcome::Stopped { reason } => secrets.apply_in_place(reason),

@@ -320,6 +320,16 @@ pub trait TokenStore: Send + Sync {
     async fn list_tokens(&self, subject: &TokenSubject) -> Result<Vec<ApiToken>>;
     /// Returns whether a token was deleted.
     async fn delete_token(&self, id: &str) -> Result<bool>;
+    /// Records the first use of a signed webhook, by its signature, until
+    /// `expires_at`; false when the signature was used before and its
+    /// record has not expired at `now` (a replay). Of two concurrent calls
+    /// with one signature (two API instances), exactly one gets true.
+    async fn use_webhook_signature(
+        &self,
+        signature: &str,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<bool>;
 }
 
 /// Alert states pushed from outside (CLI, API, Alertmanager webhooks).

@@ -169,6 +169,45 @@ pub fn check_version(version: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Most bytes one release parameter's value may have. Parameters reach a
+/// job's command line and environment, which `exec` bounds (Linux: 128 KiB
+/// for one string, about 2 MiB in all): a larger value would be stored and
+/// then fail every apply with E2BIG.
+pub const MAX_PARAM_BYTES: usize = 32 * 1024;
+
+/// Most bytes of one release's parameters, names and values together.
+pub const MAX_PARAMS_BYTES: usize = 128 * 1024;
+
+/// Refuses release parameters a job could not be started with, naming the
+/// parameter and the limit. The field is `param NAME`, or `params` for the
+/// total.
+pub fn check_param_sizes(raw: &BTreeMap<String, String>) -> Result<(), crate::Error> {
+    for (name, value) in raw {
+        if value.len() > MAX_PARAM_BYTES {
+            return Err(crate::Error::invalid(
+                format!("param {name}"),
+                format!(
+                    "its value is {} bytes, over the limit of {MAX_PARAM_BYTES} bytes (32 KiB) for one release parameter: jobs get parameters in their command line and environment, which exec limits; pass large data by reference (a URL, a digest)",
+                    value.len()
+                ),
+            ));
+        }
+    }
+    let total: usize = raw
+        .iter()
+        .map(|(name, value)| name.len() + value.len())
+        .sum();
+    if total > MAX_PARAMS_BYTES {
+        return Err(crate::Error::invalid(
+            "params",
+            format!(
+                "the parameters are {total} bytes in all, over the limit of {MAX_PARAMS_BYTES} bytes (128 KiB) for one release: jobs get them in their command line and environment, which exec limits; pass large data by reference (a URL, a digest)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// An immutable service version.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -21,7 +21,17 @@ impl Server {
     /// The project's state is given, not its config: `serve --config DIR`
     /// would apply DIR on start, and these tests push configs themselves.
     pub fn start(project: &Project, extra_args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vergence"))
+        Self::start_command(
+            Command::new(env!("CARGO_BIN_EXE_vergence")),
+            project,
+            extra_args,
+        )
+    }
+
+    /// [`Server::start`] through `command`, which runs `vergence` (or a
+    /// shell that execs it, to set limits) with the arguments appended.
+    pub fn start_command(mut command: Command, project: &Project, extra_args: &[&str]) -> Self {
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--state"])
             .arg(project.file(".vergence/state.db"))
             .args(extra_args)
@@ -52,6 +62,11 @@ impl Server {
             url,
             output: Some(output),
         }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Stops with SIGTERM, as a service manager would; returns how it

@@ -43,7 +43,7 @@ pub(super) async fn alertmanager(
     let caller = authenticate(&api, &headers).await?;
     caller.require_scope(Scope::Admin)?;
     let body = read_body(&api, request).await?;
-    verify_webhook(&api, &headers, &body)?;
+    verify_webhook(&api, &headers, &body).await?;
     let payload: Payload = parse_json(&body)?;
     // Every alert is checked before the first is recorded.
     let updates = alertmanager::updates(payload)?;

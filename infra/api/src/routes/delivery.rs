@@ -24,7 +24,7 @@ pub(super) async fn push_release(
     let service: ServiceName = parse_name("service", &service)?;
     caller.authorize(&application, Scope::Release)?;
     let body = read_body(&api, request).await?;
-    verify_webhook(&api, &headers, &body)?;
+    verify_webhook(&api, &headers, &body).await?;
     let request: ReleaseRequest = parse_json(&body)?;
     let version: Version = parse_name(
         "version",

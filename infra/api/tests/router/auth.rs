@@ -189,6 +189,47 @@ async fn with_a_webhook_secret_releases_need_a_fresh_valid_signature() {
 }
 
 #[tokio::test]
+async fn a_signed_release_replayed_within_the_window_is_refused_and_changes_nothing() {
+    let api = signing_api().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let v40 = json!({"version": "v40"}).to_string();
+    let v41 = json!({"version": "v41"}).to_string();
+    let reply = api.send(signed(&ci, RELEASES, &v40, START, SECRET)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    api.clock.advance(SignedDuration::from_secs(30));
+    let reply = api
+        .send(signed(&ci, RELEASES, &v41, START + 30, SECRET))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+
+    // The captured v40 request, sent again a minute later (well within
+    // the 300 s window): refused, and v41 stays the latest release.
+    api.clock.advance(SignedDuration::from_secs(30));
+    let reply = api
+        .refused(
+            signed(&ci, RELEASES, &v40, START, SECRET),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        )
+        .await;
+    let message = reply.message();
+    assert!(message.contains("replayed"), "{message}");
+    assert!(message.contains("already used"), "{message}");
+    let releases = api
+        .store
+        .list_releases(&"shop".parse().unwrap(), &"web".parse().unwrap(), 10)
+        .await
+        .unwrap();
+    assert_eq!(releases.first().map(|r| r.version.as_str()), Some("v41"));
+    // Re-signed, the same release goes through: it is the signature that
+    // is used up, not the version.
+    let reply = api
+        .send(signed(&ci, RELEASES, &v40, START + 60, SECRET))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+}
+
+#[tokio::test]
 async fn with_a_webhook_secret_alertmanager_needs_a_signature_and_approvals_do_not() {
     let api = signing_api().with_quickstart().await;
     let admin = api.token("shop", &[Scope::Admin]).await;

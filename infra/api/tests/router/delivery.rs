@@ -96,6 +96,71 @@ async fn bad_release_input_is_a_400_naming_the_field() {
 }
 
 #[tokio::test]
+async fn an_oversized_release_parameter_is_a_400_naming_it_and_stores_nothing() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let body = json!({"version": "v2", "params": {"commit": "x".repeat(40 * 1024)}});
+    let reply = api
+        .refused(
+            request(Method::POST, RELEASES, Some(&ci), Some(body.to_string())),
+            StatusCode::BAD_REQUEST,
+            "invalidRequest",
+        )
+        .await;
+    assert_eq!(reply.error()["field"], "params.commit", "{reply:?}");
+    assert!(reply.message().contains("32768 bytes"), "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_version_pushed_again_with_other_parameters_is_a_409_saying_what_differs() {
+    let api = Api::new().with_quickstart().await;
+    let ci = api.token("shop", &[Scope::Release]).await;
+    let release = |commit: &str| json!({"version": "v2", "params": {"commit": commit}});
+    let reply = api
+        .call(Method::POST, RELEASES, Some(&ci), Some(release("abc1234")))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                RELEASES,
+                Some(&ci),
+                Some(release("def5678").to_string()),
+            ),
+            StatusCode::CONFLICT,
+            "conflict",
+        )
+        .await;
+    let message = reply.message();
+    assert!(!message.contains("concurrently"), "{message}");
+    assert!(
+        message.contains(r#"commit (released "abc1234", now "def5678")"#),
+        "{message}"
+    );
+    assert!(message.contains("as a new version"), "{message}");
+}
+
+#[tokio::test]
+async fn approving_a_version_never_released_is_a_404_like_rollback() {
+    let api = Api::new().with_quickstart().await;
+    let approver = api.token("shop", &[Scope::Approve]).await;
+    let reply = api
+        .refused(
+            request(
+                Method::POST,
+                APPROVALS,
+                Some(&approver),
+                Some(json!({"version": "nope"}).to_string()),
+            ),
+            StatusCode::NOT_FOUND,
+            "notFound",
+        )
+        .await;
+    assert!(reply.message().contains("release nope of web"), "{reply:?}");
+}
+
+#[tokio::test]
 async fn releasing_an_unknown_service_or_application_is_a_404() {
     let api = Api::new().with_quickstart().await;
     let ci = api.token("shop", &[Scope::Release]).await;
@@ -166,6 +231,19 @@ async fn an_approver_approves_the_desired_version_or_a_given_one() {
         reply.json["version"],
         desired.desired.version().unwrap().as_str()
     );
+    // A given one: released, though no longer the desired one.
+    let ci = api.token("shop", &[Scope::Release]).await;
+    for version in ["v7", "v8"] {
+        let reply = api
+            .call(
+                Method::POST,
+                RELEASES,
+                Some(&ci),
+                Some(json!({"version": version})),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    }
     let reply = api
         .call(
             Method::POST,

@@ -4,14 +4,15 @@
 //! the partition, which holds tens of tokens, not thousands.
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 
 use vergence_model::ports::TokenStore;
 use vergence_model::{ApiToken, TokenSubject};
 
 use super::payload::{decode_inline, inline_body};
-use super::table::PK;
+use super::table::{self, PK};
 use super::write::{Expression, Outcome, Write};
-use super::{DynamoStore, Item, describe, get_attr, key, s};
+use super::{DynamoStore, Item, describe, get_attr, key, n, s};
 use crate::error::AwsError;
 
 type Result<T> = vergence_model::Result<T>;
@@ -22,6 +23,10 @@ const APPLICATION: &str = "application";
 const AGENT: &str = "agent";
 const PLATFORM: &str = "platform";
 const BODY: &str = "body";
+/// Used webhook signatures: `signature#<hex>`, one partition each.
+const SIGNATURE_PREFIX: &str = "signature#";
+const SIGNATURE_SK: &str = "webhook";
+const USE_TOKEN: &str = "use_token";
 
 fn token_sk(id: &str) -> String {
     format!("{TOKEN_PREFIX}{id}")
@@ -93,6 +98,34 @@ impl DynamoStore {
             .collect()
     }
 
+    /// One item per signature, its `ttl` at its expiry: DynamoDB deletes
+    /// it some time after, and until then the condition treats an expired
+    /// item as absent.
+    async fn record_signature(
+        &self,
+        signature: &str,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> std::result::Result<bool, AwsError> {
+        // A random token per call, as a job's claim has: a retried put
+        // whose first try landed (its answer lost) finds its own token.
+        let token = format!("{:016x}", fastrand::u64(..));
+        let mut item = key(format!("{SIGNATURE_PREFIX}{signature}"), SIGNATURE_SK);
+        item.insert(table::TTL.to_owned(), n(expires_at.as_second()));
+        item.insert(USE_TOKEN.to_owned(), s(token.clone()));
+        let unused =
+            Expression::new("attribute_not_exists(#pk) OR #ttl <= :now OR #token = :token")
+                .name("#pk", PK)
+                .name("#ttl", table::TTL)
+                .name("#token", USE_TOKEN)
+                .value(":now", n(now.as_second()))
+                .value(":token", s(token));
+        let outcome = self
+            .write_one("use_webhook_signature", Write::put(item, Some(unused)))
+            .await?;
+        Ok(outcome == Outcome::Written)
+    }
+
     async fn remove_token(&self, id: &str) -> std::result::Result<bool, AwsError> {
         let delete = Write::Delete {
             key: key(TOKENS_PK, token_sk(id)),
@@ -123,5 +156,15 @@ impl TokenStore for DynamoStore {
     #[tracing::instrument(name = "dynamodb.delete_token", level = "debug", skip_all, fields(id = %id))]
     async fn delete_token(&self, id: &str) -> Result<bool> {
         Ok(self.remove_token(id).await?)
+    }
+
+    #[tracing::instrument(name = "dynamodb.use_webhook_signature", level = "debug", skip_all)]
+    async fn use_webhook_signature(
+        &self,
+        signature: &str,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<bool> {
+        Ok(self.record_signature(signature, now, expires_at).await?)
     }
 }

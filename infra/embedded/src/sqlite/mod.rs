@@ -83,6 +83,13 @@ CREATE TABLE IF NOT EXISTS tokens (
     application TEXT NOT NULL,
     body TEXT NOT NULL
 );
+-- Signatures of accepted webhooks, refused again until they expire;
+-- expired rows are deleted by the next use.
+CREATE TABLE IF NOT EXISTS webhook_signatures (
+    signature TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhook_signatures_expiry ON webhook_signatures (expires_at);
 CREATE TABLE IF NOT EXISTS alerts (
     name TEXT PRIMARY KEY,
     body TEXT NOT NULL

@@ -3,6 +3,7 @@
 //! platform.
 
 use async_trait::async_trait;
+use jiff::Timestamp;
 use rusqlite::{OptionalExtension, params};
 
 use vergence_model::ports::TokenStore;
@@ -78,6 +79,30 @@ impl TokenStore for SqliteStore {
                 .execute("DELETE FROM tokens WHERE id = ?1", [id])
                 .map_err(|e| EmbeddedError::sql("delete_token", e))?;
             Ok(n > 0)
+        })
+    }
+
+    #[tracing::instrument(name = "sqlite.use_webhook_signature", level = "debug", skip_all)]
+    async fn use_webhook_signature(
+        &self,
+        signature: &str,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<bool> {
+        self.write("use_webhook_signature", |tx| {
+            tx.execute(
+                "DELETE FROM webhook_signatures WHERE expires_at <= ?1",
+                [now.as_second()],
+            )
+            .map_err(|e| EmbeddedError::sql("use_webhook_signature", e))?;
+            let inserted = tx
+                .execute(
+                    "INSERT INTO webhook_signatures (signature, expires_at) VALUES (?1, ?2)
+                     ON CONFLICT (signature) DO NOTHING",
+                    params![signature, expires_at.as_second()],
+                )
+                .map_err(|e| EmbeddedError::sql("use_webhook_signature", e))?;
+            Ok(inserted == 1)
         })
     }
 }

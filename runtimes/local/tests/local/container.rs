@@ -37,7 +37,7 @@ fn image_job(root: &Path, cmd: &[&str]) -> JobRecord {
 
 fn not_started(result: &JobResult) -> &str {
     match &result.outcome {
-        JobOutcome::NotStarted { message } => message,
+        JobOutcome::NotStarted { message, .. } => message,
         other => panic!("expected NotStarted, got {other:?}: {result:?}"),
     }
 }

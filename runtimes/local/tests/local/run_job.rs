@@ -11,7 +11,7 @@ use vergence_runner_local::run_job;
 
 fn not_started_message(result: &JobResult) -> &str {
     match &result.outcome {
-        JobOutcome::NotStarted { message } => message,
+        JobOutcome::NotStarted { message, .. } => message,
         other => panic!("expected NotStarted, got {other:?}: {result:?}"),
     }
 }

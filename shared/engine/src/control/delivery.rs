@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::InstanceFilter;
 use vergence_model::{
-    ApplicationName, Approval, Event, EventFilter, EventKind, InstanceKey, InstanceRecord, Release,
-    ServiceName, Version,
+    ApplicationName, Approval, Event, EventFilter, EventKind, InstanceKey, InstanceRecord,
+    ParamValue, Release, ServiceName, Version,
 };
 
 use super::Control;
@@ -29,6 +29,15 @@ impl Control {
             None => model.application_of(service)?,
         };
         let typed = model.release_params(&application, service, params)?;
+        let earlier = self
+            .store
+            .list_releases(&application, service, super::policy::RELEASE_LOOKBACK)
+            .await?
+            .into_iter()
+            .find(|r| &r.version == version);
+        if let Some(earlier) = earlier.filter(|r| r.params != typed) {
+            return Err(other_params(&earlier, &typed));
+        }
         let release = Release {
             application: application.clone(),
             service: service.clone(),
@@ -82,7 +91,21 @@ impl Control {
             .await?
             .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
         let version = match version {
-            Some(v) => v.clone(),
+            // The desired version (one made from the config alone has no
+            // release), the one a rollback goes to, or a release.
+            Some(v) => {
+                let known = record.desired.version() == Some(v)
+                    || record
+                        .state
+                        .rollback
+                        .as_ref()
+                        .is_some_and(|r| &r.to.version == v)
+                    || self.release(key, v).await?.is_some();
+                if !known {
+                    return Err(super::policy::unknown_release(&key.service, v));
+                }
+                v.clone()
+            }
             None => match &record.state.rollback {
                 Some(rollback) => Some(rollback.to.version.clone()),
                 None => record.desired.version().cloned(),
@@ -191,5 +214,36 @@ impl Control {
 
     pub async fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.store.list_events(filter).await
+    }
+}
+
+/// Pushing a version again with other parameters: versions are immutable.
+fn other_params(earlier: &Release, asked: &BTreeMap<String, ParamValue>) -> Error {
+    let shown = |value: Option<&ParamValue>| match value {
+        Some(value) => format!("{:?}", vergence_model::text::clip(value.to_string(), 40)),
+        None => "unset".to_owned(),
+    };
+    let names: std::collections::BTreeSet<&String> =
+        earlier.params.keys().chain(asked.keys()).collect();
+    let differing: Vec<String> = names
+        .into_iter()
+        .filter(|name| earlier.params.get(*name) != asked.get(*name))
+        .map(|name| {
+            format!(
+                "{name} (released {}, now {})",
+                shown(earlier.params.get(name)),
+                shown(asked.get(name))
+            )
+        })
+        .collect();
+    Error::Exists {
+        message: format!(
+            "release {} of {} was already pushed (by {} at {}) with other parameters: {}; a version's parameters never change: release the new ones as a new version",
+            earlier.version,
+            earlier.service,
+            earlier.actor,
+            earlier.created_at,
+            differing.join(", ")
+        ),
     }
 }

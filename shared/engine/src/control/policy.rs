@@ -11,8 +11,16 @@ use vergence_model::{
 
 use super::Control;
 
-/// How far back `pin` and `rollback --version` look for a release.
-const RELEASE_LOOKBACK: usize = 1000;
+/// How far back `pin`, `rollback --version`, `approve --version` and a
+/// repeated release look for a release.
+pub(super) const RELEASE_LOOKBACK: usize = 1000;
+
+/// The error for a version never released to `service`.
+pub(super) fn unknown_release(service: &vergence_model::ServiceName, version: &Version) -> Error {
+    Error::not_found(format!(
+        "release {version} of {service} (push it with `vergence release {service} {version}`)"
+    ))
+}
 
 /// What an operator does to the applies of some instances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,12 +279,10 @@ impl Control {
     /// The desired state of `key` when running release `version`.
     async fn desired_for_release(&self, key: &InstanceKey, version: &Version) -> Result<Desired> {
         let model = self.require_model().await?;
-        let release = self.release(key, version).await?.ok_or_else(|| {
-            Error::not_found(format!(
-                "release {version} of {} (push it with `vergence release {} {version}`)",
-                key.service, key.service
-            ))
-        })?;
+        let release = self
+            .release(key, version)
+            .await?
+            .ok_or_else(|| unknown_release(&key.service, version))?;
         desired_of(model.as_ref(), key, Some(&release))
     }
 

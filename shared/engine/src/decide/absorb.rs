@@ -177,7 +177,7 @@ impl Decider<'_> {
             .fetch
             .as_ref()
             .is_some_and(|f| f.mode == FetchMode::TerraformPlan);
-        let failure = terraform_failure(terraform, FetchVerdict::Error, result);
+        let failure = classify_failure(terraform, FetchVerdict::Error, result);
         let retryable = result.outcome == JobOutcome::Exited
             && result
                 .exit_code
@@ -332,7 +332,7 @@ impl Decider<'_> {
         if stale {
             return;
         }
-        let transient = match terraform_failure(terraform, verdict, result) {
+        let transient = match classify_failure(terraform, verdict, result) {
             Failure::Transient(why) => Some(why),
             _ => None,
         };
@@ -365,9 +365,14 @@ impl Decider<'_> {
     }
 }
 
-/// What a failed Terraform run means (a stale plan, a lock held by someone
-/// else); any other runtime's failures are just failures.
-fn terraform_failure(terraform: bool, verdict: FetchVerdict, result: &JobResult) -> Failure {
+/// What a failed job means: a job its runner could not start for now (out
+/// of descriptors) and a failed Terraform run with a known cause (a stale
+/// plan, a lock held by someone else) are not failed attempts; any other
+/// failure is one.
+fn classify_failure(terraform: bool, verdict: FetchVerdict, result: &JobResult) -> Failure {
+    if result.is_transient_not_started() {
+        return Failure::Transient("its runner could not start it for now");
+    }
     if terraform && verdict == FetchVerdict::Error && result.outcome == JobOutcome::Exited {
         terraform::classify(&result.stderr_tail)
     } else {
@@ -379,12 +384,14 @@ fn terraform_failure(terraform: bool, verdict: FetchVerdict, result: &JobResult)
 /// of the config directory written without `./` is looked up on PATH, and
 /// "No such file or directory" alone does not say so.
 fn bare_program_hint(job: &JobSpec, result: &JobResult) -> String {
-    let JobOutcome::NotStarted { message } = &result.outcome else {
+    let JobOutcome::NotStarted { message, .. } = &result.outcome else {
         return String::new();
     };
     match job.cmd.first() {
         Some(program)
-            if job.image.is_none() && !program.contains('/') && message.contains("os error 2") =>
+            if job.image.is_none()
+                && !program.contains('/')
+                && message.contains("(os error 2)") =>
         {
             format!(
                 "; a program named without a directory is looked up on PATH: if {program} is a script in the config directory, write ./{program}"

@@ -47,6 +47,7 @@ macro_rules! store_conformance_tests {
             approvals_are_listed_per_instance,
             alerts_are_replaced_by_name,
             tokens_are_unique_by_id_and_listed_per_application,
+            a_webhook_signature_is_used_once_until_it_expires,
             events_are_appended_once_and_listed_by_filter_and_limit,
             two_events_of_one_instance_in_one_millisecond_are_both_kept,
             concurrent_writers_of_one_revision_have_exactly_one_winner,

@@ -174,6 +174,63 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
     );
 }
 
+pub async fn a_webhook_signature_is_used_once_until_it_expires(store: Arc<dyn StateStore>) {
+    let first = "ab".repeat(32);
+    let other = "cd".repeat(32);
+    assert!(
+        store
+            .use_webhook_signature(&first, t(0), t(600))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .use_webhook_signature(&first, t(1), t(601))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .use_webhook_signature(&first, t(599), t(1199))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .use_webhook_signature(&other, t(1), t(601))
+            .await
+            .unwrap()
+    );
+    // Past its expiry the record no longer counts (and may be gone).
+    assert!(
+        store
+            .use_webhook_signature(&first, t(600), t(1200))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .use_webhook_signature(&first, t(601), t(1201))
+            .await
+            .unwrap()
+    );
+    // Concurrent first uses (two API instances): exactly one wins.
+    let racers = (0..8).map(|_| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .use_webhook_signature(&"ef".repeat(32), t(2), t(602))
+                .await
+                .unwrap()
+        })
+    });
+    let mut won = 0;
+    for racer in racers.collect::<Vec<_>>() {
+        won += usize::from(racer.await.unwrap());
+    }
+    assert_eq!(won, 1);
+}
+
 pub async fn tokens_are_unique_by_id_and_listed_per_application(store: Arc<dyn StateStore>) {
     use crate::{ApiToken, Scope, TokenSubject};
     let application = |app: &str| TokenSubject::Application(app.parse().unwrap());
