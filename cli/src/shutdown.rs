@@ -63,8 +63,23 @@ impl Signals {
 
 /// After the engine loop stopped on `first`: starts nothing more, then
 /// waits for or stops the jobs in hand as the signal asks. Returns what
-/// became of them, for the user.
+/// became of them, for the user, with where each result the state would
+/// not take is kept.
 pub async fn wind_down(
+    runner: &LocalRunner,
+    first: Stop,
+    signals: &mut Signals,
+    command: &str,
+) -> String {
+    let mut said = jobs_wound_down(runner, first, signals, command).await;
+    for held in runner.flush_held().await {
+        said.push('\n');
+        said.push_str(&held);
+    }
+    said
+}
+
+async fn jobs_wound_down(
     runner: &LocalRunner,
     first: Stop,
     signals: &mut Signals,

@@ -79,6 +79,9 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
         .unwrap_or_else(|| format!("http://{address}"));
     let notifier = start_notifier(&local, Some(public_url))?;
     let mut signals = Signals::install()?;
+    // What an earlier process ran but could not record, before any step
+    // takes its job for lost.
+    local_runner.recover_held().await?;
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(
@@ -144,5 +147,6 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     eprintln!("{said}");
     served?;
     driven?;
-    Ok(0)
+    // A result the state would not take is kept, but not recorded.
+    Ok(if local_runner.held() > 0 { 1 } else { 0 })
 }
