@@ -12,6 +12,7 @@
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use vergence_model::ports::StateStore;
 use vergence_runner_local::LocalRunner;
 
 /// Which signal asked to stop.
@@ -67,14 +68,26 @@ impl Signals {
 /// not take is kept.
 pub async fn wind_down(
     runner: &LocalRunner,
+    store: &dyn StateStore,
     first: Stop,
     signals: &mut Signals,
     command: &str,
 ) -> String {
+    let jobs = runner.jobs_in_hand();
     let mut said = jobs_wound_down(runner, first, signals, command).await;
     for held in runner.flush_held().await {
         said.push('\n');
         said.push_str(&held);
+    }
+    // No step takes their results up before the next run: their instances
+    // say what became of them instead of showing them running.
+    let stopping = format!("{command} was stopping ({})", first.name());
+    for job in &jobs {
+        if let Err(e) =
+            vergence_engine::note_interrupted(store, job, &stopping, jiff::Timestamp::now()).await
+        {
+            tracing::warn!(job = %job, error = %e, "cannot say on its instance what became of a job ended while stopping");
+        }
     }
     said
 }

@@ -138,6 +138,7 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     // Whatever stopped the server, the jobs it started end recorded.
     let said = shutdown::wind_down(
         &local_runner,
+        local.store.as_ref(),
         received.unwrap_or(Stop::Terminate),
         &mut signals,
         "`vergence serve`",

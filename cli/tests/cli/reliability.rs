@@ -168,12 +168,61 @@ fn ctrl_c_lets_running_jobs_finish_and_records_them() {
         "{run}"
     );
     assert_eq!(logged(&project, "end svc0").len(), 1, "the job finished");
+    let instance = project.instance("svc0", "staging");
+    assert_ne!(instance["status"], "APPLYING", "nothing runs: {instance}");
+    assert!(
+        instance["reason"]
+            .as_str()
+            .unwrap()
+            .contains("while `vergence up` was stopping (SIGINT)"),
+        "{instance}"
+    );
 
     // The next run takes up the recorded result: nothing is applied again.
     std::fs::remove_file(project.file("slow")).unwrap();
     let next = up(&project);
     assert_eq!(next.code, 0, "{next}");
     assert_eq!(logged(&project, "start ").len(), 1, "applied once");
+    assert_eq!(project.instance("svc0", "staging")["status"], "CONVERGED");
+}
+
+#[test]
+fn a_second_ctrl_c_stops_the_jobs_and_status_says_so_instead_of_applying() {
+    let project = project(1);
+    project.write("slow", "60");
+    let child = spawn(&project, &["up"]);
+    wait_for("the apply to start", Duration::from_secs(60), || {
+        !logged(&project, "start svc0").is_empty()
+    });
+    signal(&child, "INT");
+    // The first is taken in before the second comes (a person's two presses).
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, "INT");
+    let run = finish(child, Duration::from_secs(30));
+    assert_eq!(run.code, 130, "{run}");
+    assert!(
+        run.stderr
+            .contains("1 running job(s) were stopped and recorded as stopped"),
+        "{run}"
+    );
+
+    let instance = project.instance("svc0", "staging");
+    assert_ne!(instance["status"], "APPLYING", "nothing runs: {instance}");
+    let reason = instance["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("stopped: `vergence up` received SIGINT"),
+        "{instance}"
+    );
+    assert!(
+        reason.contains("the next `vergence up` applies again"),
+        "{instance}"
+    );
+
+    // The next run applies again, as said, and converges.
+    std::fs::remove_file(project.file("slow")).unwrap();
+    let next = up(&project);
+    assert_eq!(next.code, 0, "{next}");
+    assert_eq!(logged(&project, "end svc0").len(), 1);
     assert_eq!(project.instance("svc0", "staging")["status"], "CONVERGED");
 }
 

@@ -289,6 +289,11 @@ impl LocalRunner {
         self.running.len()
     }
 
+    /// The ids of the jobs in hand.
+    pub fn jobs_in_hand(&self) -> Vec<vergence_model::JobId> {
+        self.running.ids()
+    }
+
     /// No queued job starts any more: each ends as stopped with `reason`.
     /// Jobs already running go on.
     pub fn close(&self, reason: &str) {

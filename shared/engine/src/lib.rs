@@ -14,6 +14,7 @@ pub mod control;
 mod decide;
 pub mod fetch;
 pub mod gates;
+mod interrupted;
 mod post_deployment;
 mod rollback;
 mod runners;
@@ -26,6 +27,7 @@ use jiff::Timestamp;
 
 pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
+pub use interrupted::note_interrupted;
 pub use runners::RunnerRouter;
 pub use step::{Engine, JobCompletion, StepReport, enqueue_due, load_facts};
 

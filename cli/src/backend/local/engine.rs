@@ -52,8 +52,14 @@ pub async fn converge(local: &Local, how: Converge<'_>) -> Result<Converged> {
     }
     let stopped = match stop_rx.await {
         Ok(stop) => {
-            let said =
-                shutdown::wind_down(&local_runner, stop, &mut signals, "`vergence up`").await;
+            let said = shutdown::wind_down(
+                &local_runner,
+                local.store.as_ref(),
+                stop,
+                &mut signals,
+                "`vergence up`",
+            )
+            .await;
             Some((stop, said))
         }
         Err(_) => None,

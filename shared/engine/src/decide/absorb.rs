@@ -166,8 +166,8 @@ impl Decider<'_> {
     ) {
         let took = human(SignedDuration::from_millis(result.duration_ms as i64));
         let what = format!("apply of {} (attempt {})", flight.version, flight.attempt);
-        if !stale && result.outcome != JobOutcome::Lost {
-            self.target().lost_applies = 0;
+        if self.lost_not_counted(spec, flight, result, &what, stale) {
+            return;
         }
         if result.exited_with(0) {
             self.job_finished_event(flight, result, format!("{what} succeeded in {took}"));
@@ -204,10 +204,6 @@ impl Decider<'_> {
         }
         if failure == Failure::StalePlan {
             return self.stale_plan(flight, result, &what);
-        }
-        if result.outcome == JobOutcome::Lost && self.lost_not_counted(spec, flight, result, &what)
-        {
-            return;
         }
         let transient = match failure {
             Failure::Transient(why) => Some(why),
@@ -258,15 +254,24 @@ impl Decider<'_> {
     /// first; then it is applied again at once, without counting a failed
     /// attempt, which could fail the version or roll it back. Only an
     /// apply lost [`LOSSES_NOT_COUNTED`] times in a row and again counts.
-    /// Returns whether it was taken as not counted.
+    /// Returns whether it was taken as not counted. Any other result of
+    /// the version wanted ends a run of losses.
     fn lost_not_counted(
         &mut self,
         spec: &CompiledInstance,
         flight: &InFlightJob,
         result: &JobResult,
         what: &str,
+        stale: bool,
     ) -> bool {
+        if stale {
+            return false;
+        }
         let target = self.target();
+        if result.outcome != JobOutcome::Lost {
+            target.lost_applies = 0;
+            return false;
+        }
         target.lost_applies += 1;
         let lost = target.lost_applies;
         if lost > LOSSES_NOT_COUNTED {
