@@ -633,3 +633,38 @@ fn up_beside_serve_on_one_state_applies_each_instance_once() {
         assert_eq!(log.lines().count(), 1, "{channel}: {log}");
     }
 }
+
+#[test]
+fn the_files_of_pruned_jobs_go_with_them() {
+    let project = Project::empty();
+    project.write(
+        "application.yaml",
+        "application:\n  name: shop\n  releaseChannels:\n    - name: staging\n      runtimes:\n        - runtime: planned\n",
+    );
+    // Every fetch keeps a plan file and says converged.
+    project.write(
+        "runtimes.yaml",
+        "runtime:\n  name: planned\n  fetch:\n    mode: exitCode\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo fetch >> fetches.log; echo \"plan $$\" > \"$VERGENCE_OUTPUT_DIR/plan\"']\n    outputs: [plan]\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'exit 0']\n",
+    );
+    project.write(
+        "services.yaml",
+        "service:\n  name: svc0\n  runtime: planned\n",
+    );
+    // Each `up` fetches once: more fetches than the state keeps jobs.
+    let runs = 14;
+    for _ in 0..runs {
+        project.up(0);
+    }
+    let fetches = project.read("fetches.log").lines().count();
+    assert!(fetches >= runs, "{fetches} fetches");
+    let dirs: Vec<_> = std::fs::read_dir(project.file(".vergence/artifacts/jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    // The state keeps the newest 10 jobs of an instance (state_file.rs).
+    assert_eq!(
+        dirs.len(),
+        10,
+        "one folder per kept job, not per fetch ({fetches}): {dirs:?}"
+    );
+}

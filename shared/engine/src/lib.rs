@@ -10,6 +10,7 @@
 // The core stays readable: no function over 80 lines (clippy.toml).
 #![warn(clippy::too_many_lines)]
 
+mod artifacts;
 pub mod control;
 mod decide;
 pub mod fetch;
@@ -25,6 +26,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
+pub use artifacts::prune_artifacts;
 pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
 pub use interrupted::note_interrupted;

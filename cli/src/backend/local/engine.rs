@@ -123,7 +123,8 @@ pub fn local_driver(
         local.queue.clone(),
         local.clock.clone(),
         max_jobs.max(4),
-    );
+    )
+    .with_artifacts(local.artifacts.clone());
     (driver, local_runner)
 }
 
