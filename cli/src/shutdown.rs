@@ -12,6 +12,7 @@
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use vergence_model::ports::StateStore;
 use vergence_runner_local::LocalRunner;
 
 /// Which signal asked to stop.
@@ -63,8 +64,35 @@ impl Signals {
 
 /// After the engine loop stopped on `first`: starts nothing more, then
 /// waits for or stops the jobs in hand as the signal asks. Returns what
-/// became of them, for the user.
+/// became of them, for the user, with where each result the state would
+/// not take is kept.
 pub async fn wind_down(
+    runner: &LocalRunner,
+    store: &dyn StateStore,
+    first: Stop,
+    signals: &mut Signals,
+    command: &str,
+) -> String {
+    let jobs = runner.jobs_in_hand();
+    let mut said = jobs_wound_down(runner, first, signals, command).await;
+    for held in runner.flush_held().await {
+        said.push('\n');
+        said.push_str(&held);
+    }
+    // No step takes their results up before the next run: their instances
+    // say what became of them instead of showing them running.
+    let stopping = format!("{command} was stopping ({})", first.name());
+    for job in &jobs {
+        if let Err(e) =
+            vergence_engine::note_interrupted(store, job, &stopping, jiff::Timestamp::now()).await
+        {
+            tracing::warn!(job = %job, error = %e, "cannot say on its instance what became of a job ended while stopping");
+        }
+    }
+    said
+}
+
+async fn jobs_wound_down(
     runner: &LocalRunner,
     first: Stop,
     signals: &mut Signals,

@@ -86,6 +86,9 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
         .unwrap_or_else(|| format!("http://{address}"));
     let notifier = start_notifier(&local, Some(public_url))?;
     let mut signals = Signals::install()?;
+    // What an earlier process ran but could not record, before any step
+    // takes its job for lost.
+    local_runner.recover_held().await?;
     // The first line is the contract for scripts and tests: the base URL.
     println!("listening on http://{address}");
     println!(
@@ -138,6 +141,7 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     // Whatever stopped the server, the jobs it started end recorded.
     let said = shutdown::wind_down(
         &local_runner,
+        local.store.as_ref(),
         received.unwrap_or(Stop::Terminate),
         &mut signals,
         "`vergence serve`",
@@ -146,5 +150,6 @@ pub async fn run(ctx: &Context<'_>, args: &ServeArgs) -> Result<u8> {
     finish_notifier(notifier).await;
     eprintln!("{}", crate::output::terminal_lines(&said, "  "));
     driven?;
-    Ok(0)
+    // A result the state would not take is kept, but not recorded.
+    Ok(if local_runner.held() > 0 { 1 } else { 0 })
 }

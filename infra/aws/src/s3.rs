@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use jiff::SignedDuration;
+use vergence_model::JobId;
 use vergence_model::ports::{ArtifactStore, UrlAccess};
 
 use crate::error::AwsError;
@@ -79,6 +81,88 @@ impl ArtifactStore for S3ArtifactStore {
             .await
             .map_err(|e| AwsError::decode("get_artifact", format!("artifact {key}"), e))?;
         Ok(Some(bytes.into_bytes().to_vec()))
+    }
+
+    /// Lists `jobs/` one level deep: a prefix per job, not every object.
+    #[tracing::instrument(name = "s3.list_artifact_jobs", level = "debug", skip_all)]
+    async fn job_ids(&self) -> Result<Vec<JobId>> {
+        let jobs = self.object_key("jobs/");
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&jobs)
+            .delimiter("/")
+            .into_paginator()
+            .send();
+        let mut ids = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::s3("list_artifact_jobs", e))?;
+            for common in page.common_prefixes() {
+                let id = common
+                    .prefix()
+                    .and_then(|p| p.strip_prefix(jobs.as_str()))
+                    .and_then(|p| p.strip_suffix('/'))
+                    .filter(|id| !id.is_empty());
+                if let Some(id) = id {
+                    ids.push(JobId(id.to_owned()));
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Deletes the job's objects, up to 1,000 a request.
+    #[tracing::instrument(name = "s3.delete_artifact_job", level = "debug", skip_all, fields(job = %job))]
+    async fn delete_job(&self, job: &JobId) -> Result<()> {
+        let prefix = self.object_key(&format!("jobs/{job}/"));
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::s3("delete_artifact_job", e))?;
+            let objects = page
+                .contents()
+                .iter()
+                .filter_map(|o| o.key())
+                .map(|key| ObjectIdentifier::builder().key(key).build())
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| AwsError::decode("delete_artifact_job", format!("job {job}"), e))?;
+            if objects.is_empty() {
+                continue;
+            }
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|e| AwsError::decode("delete_artifact_job", format!("job {job}"), e))?;
+            let output = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| AwsError::s3("delete_artifact_job", e))?;
+            if let Some(failed) = output.errors().first() {
+                return Err(AwsError::decode(
+                    "delete_artifact_job",
+                    format!("job {job}"),
+                    format!(
+                        "{} of its objects were not deleted: {} ({})",
+                        output.errors().len(),
+                        failed.key().unwrap_or_default(),
+                        failed.message().unwrap_or_default()
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(())
     }
 
     async fn presign(

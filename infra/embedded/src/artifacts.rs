@@ -4,6 +4,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
+use vergence_model::JobId;
 use vergence_model::ports::ArtifactStore;
 
 use crate::error::EmbeddedError;
@@ -74,6 +75,36 @@ impl ArtifactStore for DirArtifactStore {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(key, &e).into()),
+        }
+    }
+
+    async fn job_ids(&self) -> Result<Vec<JobId>> {
+        let dir = self.root.join("jobs");
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("jobs", &e).into()),
+        };
+        let mut ids = Vec::new();
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| io_error("jobs", &e))?
+        {
+            if let Some(name) = entry.file_name().to_str() {
+                ids.push(JobId(name.to_owned()));
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn delete_job(&self, job: &JobId) -> Result<()> {
+        let key = format!("jobs/{job}");
+        let dir = self.path_of(&key)?;
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&key, &e).into()),
         }
     }
 }

@@ -11,8 +11,10 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tracing::warn;
 
-use vergence_engine::{Engine, Settled, StepReport, enqueue_due, settled};
-use vergence_model::ports::{Clock, InstanceFilter, StateStore, WorkItem, WorkQueue};
+use vergence_engine::{Engine, Settled, StepReport, enqueue_due, prune_artifacts, settled};
+use vergence_model::ports::{
+    ArtifactStore, Clock, InstanceFilter, StateStore, WorkItem, WorkQueue,
+};
 use vergence_model::{Event, InstanceKey, JobId, JobRecord, JobState};
 
 use crate::queue::LocalQueue;
@@ -23,6 +25,9 @@ const STORE_POLL: Duration = Duration::from_secs(2);
 
 /// Most due instances taken per store poll; the rest come with the next.
 const MAX_DUE_PER_POLL: usize = 1000;
+
+/// Store polls between two prunings of the files of pruned jobs (a minute).
+const PRUNE_ARTIFACTS_EVERY: u32 = 30;
 
 /// When to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +58,8 @@ pub struct Driver {
     queue: Arc<LocalQueue>,
     clock: Arc<dyn Clock>,
     max_parallel_steps: usize,
+    /// Where jobs' files are kept: those of pruned jobs are deleted.
+    artifacts: Option<Arc<dyn ArtifactStore>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -77,11 +84,47 @@ impl Driver {
             queue,
             clock,
             max_parallel_steps: max_parallel_steps.max(1),
+            artifacts: None,
         }
     }
 
-    /// Drives until `mode` says stop or `shutdown` completes.
+    /// Deletes the files of jobs the store pruned, every minute and when
+    /// the run ends.
+    pub fn with_artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Self {
+        self.artifacts = Some(artifacts);
+        self
+    }
+
+    /// Drives until `mode` says stop or `shutdown` completes; then prunes
+    /// the files of pruned jobs once more.
     pub async fn run(
+        &self,
+        mode: DriveMode,
+        progress: Arc<dyn Progress>,
+        shutdown: impl Future<Output = ()>,
+    ) -> vergence_model::Result<()> {
+        let driven = self.drive(mode, progress, shutdown).await;
+        if driven.is_ok() {
+            self.prune_artifacts().await;
+        }
+        driven
+    }
+
+    /// Never fails the run: files left now go with a later pruning.
+    async fn prune_artifacts(&self) {
+        let Some(artifacts) = &self.artifacts else {
+            return;
+        };
+        match prune_artifacts(self.store.as_ref(), artifacts.as_ref()).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(jobs = deleted, "deleted the files of pruned jobs"),
+            Err(e) => {
+                warn!(error = %e, "cannot delete the files of pruned jobs; trying again later")
+            }
+        }
+    }
+
+    async fn drive(
         &self,
         mode: DriveMode,
         progress: Arc<dyn Progress>,
@@ -96,6 +139,7 @@ impl Driver {
         let mut mine: HashSet<JobId> = HashSet::new();
         let mut told: HashSet<JobId> = HashSet::new();
         let mut poll = tokio::time::interval(STORE_POLL);
+        let mut polls: u32 = 0;
         tokio::pin!(shutdown);
         loop {
             if mode == DriveMode::UntilSettled
@@ -138,6 +182,10 @@ impl Driver {
                 }
                 _ = poll.tick() => {
                     self.enqueue_due().await?;
+                    polls = polls.wrapping_add(1);
+                    if polls.is_multiple_of(PRUNE_ARTIFACTS_EVERY) {
+                        self.prune_artifacts().await;
+                    }
                     // In every mode: `up --watch` and `serve` share a state too.
                     if steps.is_empty() {
                         self.refresh(&mut state, &mine, &mut told, progress.as_ref()).await?;

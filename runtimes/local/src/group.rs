@@ -38,11 +38,35 @@ impl ProcessGroup {
         Self { pgid, armed: true }
     }
 
-    /// The job ended on its own (or was ended): whatever it left running in
-    /// the background is its business (a `nohup server &`, say), so nothing
-    /// more is killed.
+    /// The job was ended and its group with it: nothing more to kill.
     pub(crate) fn release(&mut self) {
         self.armed = false;
+    }
+
+    /// The job's process exited: whatever it left running in its group (a
+    /// `server &`, a daemon that only closed its output) ends too, as the
+    /// job's timeout or a stop would end it: SIGTERM, then SIGKILL after
+    /// [`TERM_GRACE`]. A job owns nothing after it ends; a server meant to
+    /// outlive its deploy belongs to a service manager. Returns whether
+    /// anything was left.
+    pub(crate) async fn end_leftovers(&mut self) -> bool {
+        if !self.has_live_members() {
+            self.armed = false;
+            return false;
+        }
+        self.signal(Signal::SIGTERM);
+        let gone = tokio::time::timeout(TERM_GRACE, async {
+            while self.has_live_members() {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+        })
+        .await
+        .is_ok();
+        if !gone {
+            self.signal(Signal::SIGKILL);
+        }
+        self.armed = false;
+        true
     }
 
     /// Kills the whole group at once, without a grace period.

@@ -8,8 +8,10 @@
 mod artifacts;
 mod capture;
 mod container;
+mod delivery;
 mod engine;
 mod group;
+mod held;
 mod owner;
 mod prepare;
 mod process;
@@ -29,8 +31,10 @@ use vergence_model::{Error, Result};
 use vergence_model::{JobHandle, JobOutcome, JobRecord, JobResult, RunnerSpec};
 
 pub use engine::{ContainerEngine, UnknownContainerEngine};
+pub use held::HeldResults;
 pub use process::run_job;
 
+use delivery::Results;
 use engine::EngineLookup;
 use owner::{Liveness, Owner};
 use running::{Registration, RunningJobs};
@@ -41,20 +45,18 @@ const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// A [`Runner`] for jobs whose spec says [`RunnerSpec::Local`].
 pub struct LocalRunner {
-    sink: Arc<dyn JobResultSink>,
     artifacts: Arc<dyn ArtifactStore>,
     mode: Mode,
     engines: Arc<EngineLookup>,
     running: Arc<RunningJobs>,
     /// This process, named in the handles of the jobs it runs.
     me: Owner,
-    /// Results the sink could not record (a full disk, a store gone away),
-    /// kept to be handed over when the engine asks for the job: what ran
-    /// is never forgotten while this process lives.
-    unrecorded: Arc<Unrecorded>,
+    /// Results on their way to the sink, and those it could not record (a
+    /// full disk, a store gone away), held to be handed over when the
+    /// engine asks for the job, and kept in files for the next process:
+    /// what ran is never forgotten.
+    results: Arc<Results>,
 }
-
-type Unrecorded = std::sync::Mutex<std::collections::HashMap<vergence_model::JobId, JobResult>>;
 
 enum Mode {
     /// Jobs run in spawned tasks, at most as many at once as the semaphore
@@ -95,14 +97,24 @@ impl LocalRunner {
         mode: Mode,
     ) -> Self {
         Self {
-            sink,
             artifacts,
             mode,
             engines: Arc::default(),
             running: Arc::default(),
             me: Owner::this_process(),
-            unrecorded: Arc::default(),
+            results: Arc::new(Results::new(sink)),
         }
+    }
+
+    /// Keeps results the sink refuses in files in `held`'s folders, where
+    /// the next process on the same state finds and records them. Call
+    /// before the runner is shared.
+    pub fn with_held_results(mut self, held: HeldResults) -> Self {
+        // Not shared yet: the runner was only just made.
+        if let Some(results) = Arc::get_mut(&mut self.results) {
+            results.set_files(held);
+        }
+        self
     }
 
     /// Runs jobs whose program has an image with `engine` (by default the
@@ -158,7 +170,7 @@ impl Runner for LocalRunner {
             // the result through the sink, like every other runner's.
             return match self.start(job).await? {
                 Started::Finished(result) => {
-                    deliver(self.sink.as_ref(), &self.unrecorded, job, result).await;
+                    self.results.deliver(job, result).await;
                     Ok(None)
                 }
                 Started::Running(handle) => Ok(handle),
@@ -171,10 +183,9 @@ impl Runner for LocalRunner {
             return Ok(None);
         };
         let semaphore = Arc::clone(semaphore);
-        let sink = Arc::clone(&self.sink);
         let artifacts = Arc::clone(&self.artifacts);
         let engines = Arc::clone(&self.engines);
-        let unrecorded = Arc::clone(&self.unrecorded);
+        let results = Arc::clone(&self.results);
         let job = job.clone();
         tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
         tokio::spawn(async move {
@@ -185,9 +196,12 @@ impl Runner for LocalRunner {
                 }
                 Err(stopped) => stopped,
             };
-            deliver(sink.as_ref(), &unrecorded, &job, result).await;
-            // Only now: until the result is recorded, the job runs.
+            let recorded = results.deliver(&job, result).await;
+            // Only now: until the result is recorded or held, the job runs.
             drop(registration);
+            if !recorded {
+                results.keep_trying(job.id.clone()).await;
+            }
         });
         // Names this process, so that another one sharing the state knows
         // where the job runs and when it never will report.
@@ -219,8 +233,8 @@ impl Runner for LocalRunner {
     /// `Unknown` otherwise: its result was delivered, or it ran in another
     /// process.
     async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
-        if let Some(result) = lock(&self.unrecorded).get(&job.id) {
-            return Ok(JobProgress::Finished(result.clone()));
+        if let Some(result) = self.results.result_of(job, false) {
+            return Ok(JobProgress::Finished(result));
         }
         if self.running.contains(&job.id) {
             return Ok(JobProgress::Running);
@@ -230,6 +244,10 @@ impl Runner for LocalRunner {
         };
         if owner.liveness(&self.me) != Liveness::Gone {
             return Ok(JobProgress::Unknown);
+        }
+        // The process that ran it kept a result it could not record.
+        if let Some(result) = self.results.result_of(job, true) {
+            return Ok(JobProgress::Finished(result));
         }
         if !owner::job_processes(&job.id).is_empty() {
             // Still running with no one to report it: waited for until it
@@ -271,6 +289,11 @@ impl LocalRunner {
         self.running.len()
     }
 
+    /// The ids of the jobs in hand.
+    pub fn jobs_in_hand(&self) -> Vec<vergence_model::JobId> {
+        self.running.ids()
+    }
+
     /// No queued job starts any more: each ends as stopped with `reason`.
     /// Jobs already running go on.
     pub fn close(&self, reason: &str) {
@@ -291,6 +314,26 @@ impl LocalRunner {
     /// handed to the sink. Returns how many there were.
     pub async fn stop_all(&self, reason: &str) -> usize {
         self.running.stop_all(reason, STOP_WAIT).await
+    }
+
+    /// Records the results that a process on the same state could not
+    /// record before it ended (see [`LocalRunner::with_held_results`]).
+    /// Returns how many; fails when the store still refuses one, which
+    /// stays kept.
+    pub async fn recover_held(&self) -> Result<usize> {
+        self.results.recover().await
+    }
+
+    /// Tries once more to record every result held, and returns a sentence
+    /// for each still not recorded that says where it is kept. For a
+    /// process about to end.
+    pub async fn flush_held(&self) -> Vec<String> {
+        self.results.flush().await
+    }
+
+    /// How many results are held, not recorded yet.
+    pub fn held(&self) -> usize {
+        self.results.len()
     }
 }
 
@@ -321,47 +364,4 @@ async fn wait_turn(
             Timestamp::now(),
         )),
     }
-}
-
-/// Hands a result to the sink. A failure is logged and the result kept
-/// for [`Runner::poll`]: the job has run, and the engine records the
-/// result itself when it next asks (or fails saying why).
-async fn deliver(
-    sink: &dyn JobResultSink,
-    unrecorded: &Unrecorded,
-    job: &JobRecord,
-    result: JobResult,
-) {
-    // The job ran: its result is worth more tries than one request's own
-    // retries. Lost, an apply-only runtime would apply again.
-    let mut wait = RECORD_RETRY_FIRST_WAIT;
-    for attempt in 1..=RECORD_ATTEMPTS {
-        match sink.job_finished(job, result.clone()).await {
-            Ok(()) => return,
-            Err(e) if e.is_retryable() && attempt < RECORD_ATTEMPTS => {
-                tracing::debug!(job = %job.id, attempt, error = %e, "recording a local job's result failed; trying again");
-                tokio::time::sleep(wait).await;
-                wait *= 2;
-            }
-            Err(e) => {
-                tracing::warn!(job = %job.id, kind = %job.kind, error = %e, "cannot record a local job's result; kept until the engine asks for it");
-                lock(unrecorded).insert(job.id.clone(), result);
-                return;
-            }
-        }
-    }
-}
-
-/// Tries at recording a result on retryable errors, waiting 100 ms, then
-/// twice as long each time (1.5 s in all).
-const RECORD_ATTEMPTS: u32 = 5;
-const RECORD_RETRY_FIRST_WAIT: Duration = Duration::from_millis(100);
-
-fn lock(
-    unrecorded: &Unrecorded,
-) -> std::sync::MutexGuard<'_, std::collections::HashMap<vergence_model::JobId, JobResult>> {
-    // A panic while holding the lock leaves a map that is still whole.
-    unrecorded
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -165,7 +165,7 @@ fn engine_failure(
     stderr: &[u8],
     secrets: &SecretMask,
 ) -> Option<String> {
-    let Ended::Exited(status) = ended else {
+    let Ended::Exited(status, _) = ended else {
         return None;
     };
     let stderr = tail_text(stderr, JobResult::STDERR_TAIL, secrets);
@@ -193,7 +193,8 @@ impl Drop for KillIfAbandoned<'_> {
 
 /// How the process ended.
 enum Ended {
-    Exited(ExitStatus),
+    /// With whether it left processes behind in its group (ended since).
+    Exited(ExitStatus, bool),
     /// `killed`: it ignored SIGTERM and needed SIGKILL.
     TimedOut {
         killed: bool,
@@ -210,9 +211,15 @@ impl Ended {
     /// The outcome and exit code; what they cannot say goes to `notes`.
     fn outcome(self, notes: &mut Vec<String>) -> (JobOutcome, Option<i32>) {
         match self {
-            Ended::Exited(status) => {
+            Ended::Exited(status, left_behind) => {
                 if let Some(signal) = status.signal() {
                     notes.push(killed_by(signal));
+                }
+                if left_behind {
+                    notes.push(format!(
+                        "it left processes running in the background when it exited; they were ended (SIGTERM, SIGKILL after {}s)",
+                        TERM_GRACE.as_secs()
+                    ));
                 }
                 (JobOutcome::Exited, status.code())
             }
@@ -301,8 +308,8 @@ async fn wait_or_terminate(
     let cut = tokio::select! {
         status = child.wait() => return match status {
             Ok(status) => {
-                group.release();
-                Ended::Exited(status)
+                let left_behind = group.end_leftovers().await;
+                Ended::Exited(status, left_behind)
             }
             Err(e) => {
                 if let Some(container) = container {

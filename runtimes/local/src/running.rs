@@ -56,6 +56,10 @@ impl RunningJobs {
         self.lock().len()
     }
 
+    pub(crate) fn ids(&self) -> Vec<JobId> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// Resolves once no job is in hand.
     pub(crate) async fn empty(&self) {
         let mut count = self.count.subscribe();

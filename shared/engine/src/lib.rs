@@ -10,10 +10,12 @@
 // The core stays readable: no function over 80 lines (clippy.toml).
 #![warn(clippy::too_many_lines)]
 
+mod artifacts;
 pub mod control;
 mod decide;
 pub mod fetch;
 pub mod gates;
+mod interrupted;
 mod post_deployment;
 mod rollback;
 mod runners;
@@ -24,8 +26,10 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
+pub use artifacts::prune_artifacts;
 pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
+pub use interrupted::note_interrupted;
 pub use runners::RunnerRouter;
 pub use step::{Engine, JobCompletion, StepReport, enqueue_due, load_facts};
 

@@ -322,6 +322,11 @@ pub struct TargetProgress {
     pub apply_failures: u32,
     /// Consecutive retryable exits; they space retries but never fail the version.
     pub retryable_exits: u32,
+    /// Consecutive applies lost (the process or worker running them died,
+    /// or nothing reported by the deadline); counted as failures only
+    /// after a few in a row.
+    #[serde(default)]
+    pub lost_applies: u32,
     pub apply_started_at: Option<Timestamp>,
     /// When the latest apply of this version finished successfully.
     pub applied_at: Option<Timestamp>,
@@ -345,6 +350,7 @@ impl TargetProgress {
             apply_attempts: 0,
             apply_failures: 0,
             retryable_exits: 0,
+            lost_applies: 0,
             apply_started_at: None,
             applied_at: None,
             applied_seq: None,

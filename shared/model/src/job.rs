@@ -116,6 +116,12 @@ impl Artifact {
     pub fn output_key(job: &JobId, name: &str) -> String {
         format!("jobs/{job}/outputs/{name}")
     }
+
+    /// The job whose files hold `key` (the `<job>` of `jobs/<job>/…`).
+    pub fn job_of(key: &str) -> Option<JobId> {
+        let (job, _) = key.strip_prefix("jobs/")?.split_once('/')?;
+        (!job.is_empty()).then(|| JobId(job.to_owned()))
+    }
 }
 
 /// Where a dispatched job runs, as its runner names it (an ECS task ARN, a

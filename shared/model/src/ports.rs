@@ -526,6 +526,16 @@ pub trait ArtifactStore: Send + Sync {
     async fn put(&self, key: &str, content: &[u8]) -> Result<()>;
     /// `None` when nothing is stored under `key` (never written, or expired).
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// The jobs that have files here: the `<job>` of every
+    /// `jobs/<job>/…` key ([`crate::Artifact::output_key`]). Empty for a
+    /// store that cannot list (its files expire by themselves).
+    async fn job_ids(&self) -> Result<Vec<JobId>> {
+        Ok(Vec::new())
+    }
+    /// Deletes every file of `job` (its job record is gone).
+    async fn delete_job(&self, _job: &JobId) -> Result<()> {
+        Ok(())
+    }
     /// A URL that reads or writes `key` with no other credential, valid for
     /// `ttl`, for jobs in containers that cannot reach the store otherwise;
     /// `None` for a store that cannot hand out URLs.

@@ -8,7 +8,7 @@ use vergence_embedded::{DriveMode, Driver};
 use vergence_engine::{Engine, JobCompletion};
 use vergence_model::RunnerKind;
 use vergence_runner_kubernetes::AgentRunner;
-use vergence_runner_local::LocalRunner;
+use vergence_runner_local::{HeldResults, LocalRunner};
 
 use super::Local;
 use crate::args::RunnerArgs;
@@ -29,6 +29,9 @@ pub async fn converge(local: &Local, how: Converge<'_>) -> Result<Converged> {
         DriveMode::UntilSettled
     };
     let mut signals = Signals::install()?;
+    // What an earlier process ran but could not record, before any step
+    // takes its job for lost.
+    local_runner.recover_held().await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let shutdown = async {
         let stop = signals.next().await;
@@ -42,17 +45,32 @@ pub async fn converge(local: &Local, how: Converge<'_>) -> Result<Converged> {
         local_runner
             .stop_all(&format!("`vergence up` stopped on an error: {e}"))
             .await;
+        for said in local_runner.flush_held().await {
+            eprintln!("{said}");
+        }
         return Err(e.into());
     }
     let stopped = match stop_rx.await {
         Ok(stop) => {
-            let said =
-                shutdown::wind_down(&local_runner, stop, &mut signals, "`vergence up`").await;
+            let said = shutdown::wind_down(
+                &local_runner,
+                local.store.as_ref(),
+                stop,
+                &mut signals,
+                "`vergence up`",
+            )
+            .await;
             Some((stop, said))
         }
         Err(_) => None,
     };
     finish_notifier(notifier).await;
+    if stopped.is_none() {
+        let held = local_runner.flush_held().await;
+        if !held.is_empty() {
+            return Err(anyhow::anyhow!(held.join("\n")));
+        }
+    }
     Ok(Converged {
         stopped,
         timed_out: None,
@@ -76,7 +94,8 @@ pub fn local_driver(
     ));
     let local_runner = Arc::new(
         LocalRunner::new(sink.clone(), local.artifacts.clone(), max_jobs)
-            .with_container_engine(runners.container_engine),
+            .with_container_engine(runners.container_engine)
+            .with_held_results(HeldResults::for_state(&local.state_path)),
     );
     let mut router = crate::runners::router(
         runners,
@@ -104,7 +123,8 @@ pub fn local_driver(
         local.queue.clone(),
         local.clock.clone(),
         max_jobs.max(4),
-    );
+    )
+    .with_artifacts(local.artifacts.clone());
     (driver, local_runner)
 }
 

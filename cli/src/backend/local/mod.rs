@@ -42,6 +42,8 @@ pub struct Local {
     pub clock: Arc<dyn Clock>,
     /// Files handed between jobs, in `artifacts/` beside the state file.
     pub artifacts: Arc<dyn ArtifactStore>,
+    /// The state file, beside which job results it refused are kept.
+    pub state_path: PathBuf,
     pub control: Control,
     /// Who actions are attributed to in events.
     pub actor: String,
@@ -92,6 +94,7 @@ impl Local {
             queue,
             clock,
             artifacts,
+            state_path: path.to_path_buf(),
             control,
             actor: actor(),
             config_dir: global.config.clone(),

@@ -7,4 +7,5 @@
 mod common;
 mod dynamo_conformance;
 mod dynamo_store;
+mod s3_artifacts;
 mod sqs_queue;

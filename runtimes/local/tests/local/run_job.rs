@@ -314,18 +314,50 @@ async fn a_background_child_holding_the_output_does_not_hold_up_the_result() {
     let result = run_job(&job(root.path(), &["./daemon.sh"]), artifacts().as_ref()).await;
     let elapsed = started.elapsed();
 
-    // A job that ends on its own keeps what it started in the background.
+    // What it left in the background ends with it, and the pipe with that.
     let background = pid(root.path().join("background"));
-    let was_running = is_running(background);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(background),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    assert!(was_running);
+    assert!(
+        !is_running(background),
+        "the background child outlived its job"
+    );
     assert!(result.exited_with(0), "{result:?}");
     assert_eq!(result.stdout, "started\n");
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[tokio::test]
+async fn a_daemon_left_by_a_successful_job_is_ended_with_its_group() {
+    let root = tempfile::tempdir().unwrap();
+    // Its output closed, as a daemon's is: nothing holds the job's pipes.
+    script(
+        root.path(),
+        "daemon.sh",
+        "echo $$ > leader\nsleep 1000 </dev/null >/dev/null 2>&1 &\necho $! > background\necho deployed\nexit 0",
+    );
+
+    let result = run_job(&job(root.path(), &["./daemon.sh"]), artifacts().as_ref()).await;
+
+    assert!(result.exited_with(0), "{result:?}");
+    let (leader, background) = (
+        pid(root.path().join("leader")),
+        pid(root.path().join("background")),
+    );
+    let left = is_running(background);
+    if left {
+        // Not left behind by the test either.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(background),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(!left, "the daemon {background} outlived its job");
+    assert_eq!(running_in_group(leader), Vec::<i32>::new());
+    assert!(
+        result
+            .stderr_tail
+            .contains("left processes running in the background"),
+        "the result says what was ended: {result:?}"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,19 @@ use vergence_model::{
     ProtectionObservation,
 };
 
+/// Applies lost in a row that are applied again without counting a failed
+/// attempt; each one after them counts.
+const LOSSES_NOT_COUNTED: u32 = 2;
+
+fn ordinal(n: u32) -> String {
+    match n {
+        1 => "first".to_owned(),
+        2 => "second".to_owned(),
+        3 => "third".to_owned(),
+        n => format!("{n}th"),
+    }
+}
+
 impl Decider<'_> {
     pub(super) fn absorb(
         &mut self,
@@ -153,6 +166,9 @@ impl Decider<'_> {
     ) {
         let took = human(SignedDuration::from_millis(result.duration_ms as i64));
         let what = format!("apply of {} (attempt {})", flight.version, flight.attempt);
+        if self.lost_not_counted(spec, flight, result, &what, stale) {
+            return;
+        }
         if result.exited_with(0) {
             self.job_finished_event(flight, result, format!("{what} succeeded in {took}"));
             if stale {
@@ -230,6 +246,56 @@ impl Decider<'_> {
                 target.retry_at = None;
             }
         }
+    }
+
+    /// A lost apply says nothing about the deploy: the process or worker
+    /// that ran it died (`kill -9`, OOM, a reboot), or nothing reported by
+    /// its deadline. It may well have run, so a runtime with a fetch looks
+    /// first; then it is applied again at once, without counting a failed
+    /// attempt, which could fail the version or roll it back. Only an
+    /// apply lost [`LOSSES_NOT_COUNTED`] times in a row and again counts.
+    /// Returns whether it was taken as not counted. Any other result of
+    /// the version wanted ends a run of losses.
+    fn lost_not_counted(
+        &mut self,
+        spec: &CompiledInstance,
+        flight: &InFlightJob,
+        result: &JobResult,
+        what: &str,
+        stale: bool,
+    ) -> bool {
+        if stale {
+            return false;
+        }
+        let target = self.target();
+        if result.outcome != JobOutcome::Lost {
+            target.lost_applies = 0;
+            return false;
+        }
+        target.lost_applies += 1;
+        let lost = target.lost_applies;
+        if lost > LOSSES_NOT_COUNTED {
+            return false;
+        }
+        target.retry_at = None;
+        target.applied_seq = None;
+        target.last_failure = Some(format!("{what} {} (not counted)", result.describe()));
+        let next = if spec.fetch.is_some() {
+            self.state.checks_requested = true;
+            "fetching to see whether it ran, then applying if needed"
+        } else {
+            "applying again"
+        };
+        self.job_finished_event(
+            flight,
+            result,
+            format!(
+                "{what} {}; a lost apply is not a failed attempt ({lost} lost in a row; from the {} on they count): {next}",
+                result.describe(),
+                ordinal(LOSSES_NOT_COUNTED + 1)
+            ),
+        );
+        true
     }
 
     /// The apply's plan no longer matches the state (someone changed it

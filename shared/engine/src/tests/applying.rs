@@ -207,21 +207,31 @@ fn a_rollout_in_progress_forever_fails_each_attempt_then_the_version() {
 }
 
 #[test]
-fn a_lost_job_counts_as_a_failed_attempt_after_its_deadline() {
+fn a_lost_apply_is_applied_again_at_once_and_counts_only_when_lost_again_and_again() {
     let mut sim = Sim::new(spec("staging", "v1", None));
     sim.step();
     let deadline = sim.record.state.in_flight.as_ref().unwrap().deadline;
     assert_eq!(sim.record.next_check_at, Some(deadline));
-    sim.now = deadline;
+    let failures = |sim: &Sim| sim.record.state.target.as_ref().unwrap().apply_failures;
+    // Its process died, not the deploy: applied again, nothing counted.
+    for attempt in 2..=3 {
+        sim.now = sim.record.state.in_flight.as_ref().unwrap().deadline;
+        let d = sim.step();
+        assert_eq!(d.jobs[0].attempt, attempt, "applied again at once");
+        assert_eq!(failures(&sim), 0, "{}", sim.record.state.reason);
+    }
+    // Lost a third time in a row: that one counts, with its backoff.
+    sim.now = sim.record.state.in_flight.as_ref().unwrap().deadline;
     let d = sim.step();
     assert!(d.jobs.is_empty());
+    assert_eq!(failures(&sim), 1);
     assert!(
         sim.record.state.reason.contains("lost"),
         "{}",
         sim.record.state.reason
     );
     sim.now = sim.record.next_check_at.unwrap();
-    assert_eq!(sim.step().jobs[0].attempt, 2);
+    assert_eq!(sim.step().jobs[0].attempt, 4);
 }
 
 #[test]
