@@ -196,7 +196,8 @@ fn table() -> Vec<Row> {
             "POST",
             "/v1/applications/{app}/services/{service}/release-channels/{rc}/approvals",
             &[Shop(Approve), Shop(Admin)],
-            ShopAndBlog,
+            // An approval names a version that was released.
+            Released,
             Some(|| json!({"version": "v2"})),
             Writes,
         ),

@@ -29,15 +29,6 @@ impl Control {
             None => model.application_of(service)?,
         };
         let typed = model.release_params(&application, service, params)?;
-        let earlier = self
-            .store
-            .list_releases(&application, service, super::policy::RELEASE_LOOKBACK)
-            .await?
-            .into_iter()
-            .find(|r| &r.version == version);
-        if let Some(earlier) = earlier.filter(|r| r.params != typed) {
-            return Err(other_params(&earlier, &typed));
-        }
         let release = Release {
             application: application.clone(),
             service: service.clone(),
@@ -48,7 +39,9 @@ impl Control {
             actor: actor.to_owned(),
         };
         let desired = model.compile_service(&application, service, Some(&release))?;
-        self.store.put_release(&release).await?;
+        if let Err(refused) = self.store.put_release(&release).await {
+            return Err(self.why_refused(&release, refused).await);
+        }
         let mut keys = Vec::new();
         for (key, state) in desired {
             if self.set_desired(&key, &state, model.hash()).await? {
@@ -74,6 +67,30 @@ impl Control {
         self.append_events(vec![event], &scope).await?;
         self.wake(&keys).await?;
         Ok(release)
+    }
+
+    /// Why the store refused a release: a version pushed before with other
+    /// parameters is said as such. It is looked up only after the refusal,
+    /// so that a push costs no read of its own.
+    async fn why_refused(&self, release: &Release, refused: Error) -> Error {
+        if !matches!(refused, Error::Conflict { .. }) {
+            return refused;
+        }
+        let earlier = self
+            .store
+            .list_releases(
+                &release.application,
+                &release.service,
+                super::policy::RELEASE_LOOKBACK,
+            )
+            .await;
+        match earlier {
+            Ok(earlier) => earlier
+                .into_iter()
+                .find(|r| r.version == release.version && r.params != release.params)
+                .map_or(refused, |earlier| other_params(&earlier, &release.params)),
+            Err(_) => refused,
+        }
     }
 
     /// Records an approval for one instance, bound to a version (when not
