@@ -6,12 +6,11 @@
 //! (a hang is the failure looked for) and asserts the refusal names the
 //! file and why, and that nothing was stored.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::common::{Project, Run, vergence_bin};
+use crate::common::{Project, Run, finish, vergence_bin};
 
 /// Long enough for a slow machine, far shorter than a hang.
 const BOUND: Duration = Duration::from_secs(60);
@@ -43,43 +42,7 @@ fn vergence(project: &Project, args: &[&str]) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start vergence");
-    finish(child, &format!("vergence {}", args.join(" ")))
-}
-
-/// Waits for `child`, reading its output as it comes (a child blocked on
-/// a full pipe would look like a hang), killing it after [`BOUND`].
-fn finish(mut child: Child, what: &str) -> Run {
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            pipe.read_to_end(&mut bytes).unwrap();
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > BOUND {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let run = Run {
-        code: status.and_then(|s| s.code()).unwrap_or(-1),
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    };
-    assert!(
-        status.is_some(),
-        "{what} did not end within {BOUND:?}\n{run}"
-    );
-    run
+    finish(child, BOUND, &format!("vergence {}", args.join(" ")))
 }
 
 fn symlink(target: impl AsRef<Path>, link: &Path) {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Project, Run, wait_for};
+use crate::common::{Project, Run, finish, wait_for};
 
 /// The secret `deploy.sh` is handed and, when asked to, prints.
 const SECRET: &str = "s3cr3t-Deploy-T0ken-4f9a1c";
@@ -70,31 +70,11 @@ fn spawn(project: &Project, args: &[&str]) -> Child {
 
 /// `vergence up`, in the foreground, with the secret.
 fn up(project: &Project) -> Run {
-    finish(spawn(project, &["up"]), Duration::from_secs(120))
-}
-
-/// Waits for `child`, killing it and failing the test after `timeout`: a
-/// hang is the failure these tests look for.
-fn finish(mut child: Child, timeout: Duration) -> Run {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > timeout {
-            child.kill().unwrap();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "vergence did not end within {timeout:?}\n--- stdout\n{}--- stderr\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().unwrap();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    finish(
+        spawn(project, &["up"]),
+        Duration::from_secs(120),
+        "vergence up",
+    )
 }
 
 fn signal(child: &Child, name: &str) {
@@ -134,8 +114,8 @@ fn two_ups_on_one_state_apply_each_instance_once_and_both_end() {
     let first = spawn(&project, &["up"]);
     let second = spawn(&project, &["up"]);
     let (first, second) = (
-        finish(first, Duration::from_secs(120)),
-        finish(second, Duration::from_secs(120)),
+        finish(first, Duration::from_secs(120), "vergence up"),
+        finish(second, Duration::from_secs(120), "vergence up"),
     );
     assert_eq!(first.code, 0, "first up:\n{first}");
     assert_eq!(second.code, 0, "second up:\n{second}");
@@ -160,7 +140,7 @@ fn ctrl_c_lets_running_jobs_finish_and_records_them() {
         !logged(&project, "start svc0").is_empty()
     });
     signal(&child, "INT");
-    let run = finish(child, Duration::from_secs(60));
+    let run = finish(child, Duration::from_secs(60), "vergence up");
     assert_eq!(run.code, 130, "{run}");
     assert!(
         run.stderr
@@ -198,7 +178,7 @@ fn a_second_ctrl_c_stops_the_jobs_and_status_says_so_instead_of_applying() {
     // The first is taken in before the second comes (a person's two presses).
     std::thread::sleep(Duration::from_secs(1));
     signal(&child, "INT");
-    let run = finish(child, Duration::from_secs(30));
+    let run = finish(child, Duration::from_secs(30), "vergence up");
     assert_eq!(run.code, 130, "{run}");
     assert!(
         run.stderr
@@ -237,7 +217,7 @@ fn sigterm_stops_running_jobs_records_them_stopped_and_leaves_no_process() {
     let pid = job_pid(&project, "svc0");
     let asked = Instant::now();
     signal(&child, "TERM");
-    let run = finish(child, Duration::from_secs(30));
+    let run = finish(child, Duration::from_secs(30), "vergence up");
     assert_eq!(run.code, 143, "{run}");
     assert!(
         run.stderr
@@ -286,7 +266,11 @@ fn a_killed_up_is_noticed_by_the_next_without_waiting_for_the_deadline() {
 
     // The job's deadline is 30 minutes away; the next run must not wait
     // for it: it waits for the orphan to end, then knows it is lost.
-    let next = finish(spawn(&project, &["up"]), Duration::from_secs(90));
+    let next = finish(
+        spawn(&project, &["up"]),
+        Duration::from_secs(90),
+        "vergence up",
+    );
     assert_eq!(next.code, 0, "{next}");
     assert_eq!(project.instance("svc0", "staging")["status"], "CONVERGED");
     let lost = project
@@ -520,6 +504,7 @@ fn a_full_disk_is_an_error_and_loses_nothing_written_before() {
     let run = finish(
         spawn(&project, &["up", "--state", state_arg]),
         Duration::from_secs(120),
+        "vergence up",
     );
     assert_eq!(run.code, 1, "{run}");
     assert!(run.stderr.contains("disk is full"), "{run}");
@@ -560,6 +545,7 @@ fn a_result_the_full_disk_refuses_is_kept_and_recorded_by_the_next_up_never_appl
         let run = finish(
             spawn(&project, &["up", "--state", state_arg]),
             Duration::from_secs(120),
+            "vergence up",
         );
         assert_eq!(run.code, 1, "round {round}: {run}");
         assert!(run.stderr.contains("disk is full"), "round {round}: {run}");
@@ -586,6 +572,7 @@ fn a_result_the_full_disk_refuses_is_kept_and_recorded_by_the_next_up_never_appl
         let next = finish(
             spawn(&project, &["up", "--state", state_arg]),
             Duration::from_secs(120),
+            "vergence up",
         );
         assert_eq!(next.code, 0, "round {round}: {next}");
         assert_eq!(
@@ -622,7 +609,11 @@ fn up_beside_serve_on_one_state_applies_each_instance_once() {
 
     let project = Project::quickstart();
     let server = crate::common::server::Server::start(&project, &[]);
-    let run = finish(spawn(&project, &["up"]), Duration::from_secs(120));
+    let run = finish(
+        spawn(&project, &["up"]),
+        Duration::from_secs(120),
+        "vergence up",
+    );
     assert_eq!(run.code, 0, "{run}");
     let (status, _) = server.stop();
     assert!(status.success(), "serve: {status}");

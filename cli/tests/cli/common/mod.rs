@@ -2,8 +2,9 @@
 
 pub mod server;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -158,4 +159,41 @@ pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits for `child` at most `timeout`, reading its output as it comes (a
+/// child blocked on a full pipe would look like a hang); kills it and
+/// fails the test, naming `what`, when it does not end in time.
+pub fn finish(mut child: Child, timeout: Duration, what: &str) -> Run {
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).unwrap();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr piped")));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let run = Run {
+        code: status.and_then(|s| s.code()).unwrap_or(-1),
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    assert!(
+        status.is_some(),
+        "{what} did not end within {timeout:?}\n{run}"
+    );
+    run
 }
