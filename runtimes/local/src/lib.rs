@@ -21,11 +21,12 @@ mod running;
 use std::ffi::OsString;
 use std::fmt;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::Timestamp;
-use tokio::sync::Semaphore;
+use tokio::sync::{AcquireError, Semaphore};
 use vergence_model::ports::{ArtifactStore, JobProgress, JobResultSink, Runner, Started};
 use vergence_model::{Error, Result};
 use vergence_model::{JobHandle, JobOutcome, JobRecord, JobResult, RunnerSpec};
@@ -187,9 +188,20 @@ impl Runner for LocalRunner {
         let engines = Arc::clone(&self.engines);
         let results = Arc::clone(&self.results);
         let job = job.clone();
+        // Queued on the semaphore here, not in the spawned task: the
+        // semaphore serves waiters first come, first served, so jobs start
+        // in the order they were dispatched whatever order the tasks run in.
+        let mut turn = Box::pin(semaphore.acquire_owned());
+        let ready = std::future::poll_fn(|cx| Poll::Ready(turn.as_mut().poll(cx))).await;
         tracing::debug!(job = %job.id, kind = %job.kind, "local job queued");
         tokio::spawn(async move {
-            let result = match wait_turn(semaphore, &mut registration).await {
+            let turn = async move {
+                match ready {
+                    Poll::Ready(permit) => permit,
+                    Poll::Pending => turn.await,
+                }
+            };
+            let result = match wait_turn(turn, &mut registration).await {
                 Ok(_permit) => {
                     let stop = &mut registration.stop;
                     process::execute(&job, artifacts.as_ref(), &engines, stop).await
@@ -349,13 +361,13 @@ fn lost_with(owner: &Owner) -> JobResult {
 
 /// Waits for a permit to run; a job stopped while it waits never starts.
 async fn wait_turn(
-    semaphore: Arc<Semaphore>,
+    turn: impl Future<Output = std::result::Result<tokio::sync::OwnedSemaphorePermit, AcquireError>>,
     registration: &mut Registration,
 ) -> std::result::Result<Option<tokio::sync::OwnedSemaphorePermit>, JobResult> {
     tokio::select! {
         // Closed only by `close`: the process is shutting down and starts
         // nothing new.
-        permit = semaphore.acquire_owned() => permit.map(Some).map_err(|_closed| {
+        permit = turn => permit.map(Some).map_err(|_closed| {
             let reason = registration.closed_reason();
             JobResult::without_output(JobOutcome::Stopped { reason }, Timestamp::now())
         }),

@@ -245,6 +245,23 @@ async fn a_job_stopped_while_it_waits_for_its_turn_never_starts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_jobs_start_in_the_order_they_were_dispatched() {
+    let root = tempfile::tempdir().unwrap();
+    script(root.path(), "mark.sh", "echo \"$1\" >> order");
+    let sink = Arc::new(CollectingSink::default());
+    let runner = LocalRunner::new(sink.clone(), artifacts(), 1);
+    let mut expected = String::new();
+    for n in 0..12 {
+        let mut job = job(root.path(), &["./mark.sh", &n.to_string()]);
+        job.id = JobId(format!("job-{n}"));
+        runner.dispatch(&job).await.unwrap();
+        expected.push_str(&format!("{n}\n"));
+    }
+    sink.wait_for(12, Duration::from_secs(20)).await;
+    assert_eq!(read(root.path().join("order")), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dispatching_a_job_already_in_hand_adopts_it() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "count.sh", "echo run >> runs\nsleep 0.5");
