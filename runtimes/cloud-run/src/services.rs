@@ -135,7 +135,7 @@ impl CloudRunServices {
         let object = match self.get(&name).await {
             Err(e) if e.is_not_found() => json!({
                 "name": wanted.service_name,
-                "objectType": "Cloud Run service",
+                "objectType": "CloudRun",
                 "versions": [],
                 "status": "PENDING",
                 "message": format!("there is no Cloud Run service {name}"),
@@ -285,7 +285,7 @@ fn observe(wanted: &CloudRunService, found: &Service) -> Value {
         .collect();
     json!({
         "name": wanted.service_name,
-        "objectType": "Cloud Run service",
+        "objectType": "CloudRun",
         "versions": [{"version": version, "active": true, "drifted": drifted}],
         "status": status,
         "message": format!("{reason}; latest ready revision {}; traffic: {}", if latest_ready.is_empty() { "none" } else { latest_ready }, if traffic.is_empty() { "none".to_owned() } else { traffic.join(", ") }),

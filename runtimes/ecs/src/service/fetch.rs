@@ -19,7 +19,7 @@ use super::{EcsServices, describe_service, digest};
 use crate::clients::EcsClients;
 use crate::error::{EcsError, describe};
 
-const OBJECT_TYPE: &str = "ECS service";
+const OBJECT_TYPE: &str = "ECSService";
 
 impl EcsServices {
     /// The structured fetch output of the instance's ECS service.
