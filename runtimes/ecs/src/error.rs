@@ -56,6 +56,14 @@ pub enum EcsError {
         source: BoxError,
     },
 
+    #[error("TagResource of {resource} (marking it as Vergence's) failed: {detail}")]
+    TagResource {
+        resource: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
     #[error("RegisterTaskDefinition of family {family} failed: {detail}")]
     RegisterTaskDefinition {
         family: String,

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::SignedDuration;
 
 use super::template::Template;
+use vergence_model::adoption::Adopt;
 use vergence_model::error::{Error, Result};
 use vergence_model::{
     ApplicationName, ConfigErrors, DriftPolicy, FetchMode, InstanceKey, Lifecycle, LocalProgram,
@@ -286,6 +287,7 @@ pub struct Runtime {
 pub struct CloudRunRuntime {
     pub project: String,
     pub region: String,
+    pub adopt: Adopt,
 }
 
 /// A first-class ECS runtime's own settings.
@@ -294,6 +296,7 @@ pub struct EcsRuntime {
     pub cluster: String,
     /// The deployment's own region when unset.
     pub region: Option<String>,
+    pub adopt: Adopt,
 }
 
 /// A service's ECS files for one release channel: each a template, with
@@ -309,6 +312,7 @@ pub struct EcsFiles {
 pub struct KubernetesRuntime {
     /// Where namespaced objects that name none go; the agent's own if unset.
     pub namespace: Option<String>,
+    pub adopt: Adopt,
 }
 
 /// A service's manifests for one release channel: each file a template.

@@ -298,7 +298,7 @@ fn builtin_jobs(
             .as_ref()
             .ok_or_else(|| missing("manifests", "kubernetes"))?;
         let namespace = kubernetes.namespace.as_deref();
-        let objects = manifests::render(manifests, namespace, key, ids, resolve)?;
+        let objects = manifests::render(manifests, namespace, kubernetes.adopt, key, ids, resolve)?;
         return Ok(Some((
             BuiltinJob::KubernetesApply(objects.clone()),
             BuiltinJob::KubernetesFetch(objects),

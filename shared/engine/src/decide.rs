@@ -19,6 +19,7 @@ use vergence_model::{
 };
 
 mod absorb;
+mod adoption;
 mod jobs;
 mod verdicts;
 

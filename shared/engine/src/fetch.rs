@@ -98,6 +98,14 @@ pub struct ObjectState {
     pub message: Option<String>,
     #[serde(default, alias = "external_links")]
     pub external_links: Vec<serde_json::Value>,
+    /// The runtime just marked this live object, which it did not make,
+    /// as its own: it already ran the desired state (brownfield adoption).
+    #[serde(default)]
+    pub adopted: bool,
+    /// The live object is not the runtime's and differs from the desired
+    /// state: applying takes it over, which waits for an approval.
+    #[serde(default)]
+    pub takeover: Option<vergence_model::adoption::Takeover>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,7 +141,7 @@ pub enum ObjectStatus {
 /// object — platforms whose logs mix stderr into stdout (awslogs, pod logs)
 /// put the program's other lines around it. The error is the whole
 /// output's, which says best what went wrong.
-fn parse_output(stdout: &str) -> Result<FetchOutput, serde_json::Error> {
+pub(crate) fn parse_output(stdout: &str) -> Result<FetchOutput, serde_json::Error> {
     serde_json::from_str(stdout.trim()).or_else(|whole| {
         stdout
             .lines()

@@ -15,6 +15,7 @@ use vergence_model::{
     Approval, CompiledInstance, CompiledProtection, FailureBehavior, InstanceControls,
     InstanceRecord, InstanceState, Lifecycle, LifecycleKind, PlanRecord, Precondition,
     ProtectionCheck, ProtectionKey, ProtectionName, ReleaseChannelName, Status, Version, WaitCause,
+    adoption::Takeover,
 };
 
 /// What a step needs to know about another release channel of the service.
@@ -120,6 +121,7 @@ enum GateName<'a> {
     Pause,
     ReleaseChannelStable(&'a ReleaseChannelName),
     ManualApproval(&'a str),
+    Takeover,
     ApprovalBeforeApply,
     TimeWindows,
     Protection(&'a ProtectionName, LifecycleKind),
@@ -133,6 +135,7 @@ impl fmt::Display for GateName<'_> {
                 write!(f, "releaseChannelStable {channel}")
             }
             GateName::ManualApproval(name) => write!(f, "manualApproval {name}"),
+            GateName::Takeover => f.write_str("adopt (take over what runs)"),
             GateName::ApprovalBeforeApply => f.write_str("requireApprovalBeforeApply"),
             GateName::TimeWindows => f.write_str("time windows"),
             GateName::Protection(name, at) => write!(f, "protection {name} ({})", at.as_str()),
@@ -177,6 +180,12 @@ fn walk<'a, B>(
     }
     if !pre_approval_done {
         protections(spec, LifecycleKind::PreApproval, facts, state, visit)?;
+    }
+    if let Some(takeovers) = takeovers(spec, state) {
+        visit(
+            GateName::Takeover,
+            takeover(takeovers, &wanted, spec, facts),
+        )?;
     }
     if spec.require_approval_before_apply {
         let wanted = wanted.given_since(reapply_since(spec, state));
@@ -325,6 +334,45 @@ fn approval_before_apply(wanted: &Approvable<'_>, spec: &CompiledInstance, facts
             spec.runtime,
             wanted.what(),
             approve_command(spec)
+        ),
+        wait: WaitCause::Person,
+        recheck_at: None,
+    }
+}
+
+/// What the last fetch of the desired version found live that Vergence did
+/// not make and that differs from it (the runtime's `adopt: approve`).
+pub fn takeovers<'a>(spec: &CompiledInstance, state: &'a InstanceState) -> Option<&'a [Takeover]> {
+    state
+        .last_fetch
+        .as_ref()
+        .filter(|f| f.version == spec.version && !f.takeovers.is_empty())
+        .map(|f| f.takeovers.as_slice())
+}
+
+/// Taking over a live service Vergence did not make, which differs from
+/// the desired state: the first apply waits for an approval of the
+/// version, and the reason shows what the apply would change.
+fn takeover(
+    takeovers: &[Takeover],
+    wanted: &Approvable<'_>,
+    spec: &CompiledInstance,
+    facts: &Facts,
+) -> Gate {
+    if wanted.approved(facts) {
+        return Gate::Open;
+    }
+    let what: Vec<String> = takeovers
+        .iter()
+        .map(|t| format!("{}: {}", t.object, t.differences.join("; ")))
+        .collect();
+    Gate::Closed {
+        status: Status::WaitingApproval,
+        reason: format!(
+            "waiting for approval to take over the existing {} (applying {} changes it: {})",
+            what.join("; and the existing "),
+            wanted.what(),
+            approve_command(spec),
         ),
         wait: WaitCause::Person,
         recheck_at: None,

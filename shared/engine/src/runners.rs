@@ -256,6 +256,7 @@ mod tests {
             version: "v1".into(),
             task_definition_file: "ecs/task.json".into(),
             service_file: "ecs/service.json".into(),
+            adopt: Default::default(),
         })
     }
 

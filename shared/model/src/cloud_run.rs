@@ -22,6 +22,10 @@ pub struct CloudRunService {
     pub version: String,
     /// The service file (for people): `run/web.yaml`.
     pub file: String,
+    /// What to do with a live Cloud Run service Vergence did not make that differs
+    /// from this (the runtime's `adopt`); one that matches is adopted.
+    #[serde(default, skip_serializing_if = "crate::adoption::Adopt::is_default")]
+    pub adopt: crate::adoption::Adopt,
 }
 
 impl CloudRunService {

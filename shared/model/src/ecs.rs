@@ -31,6 +31,10 @@ pub struct EcsService {
     pub task_definition_file: String,
     /// The service settings file (for people): `ecs/web-service.json`.
     pub service_file: String,
+    /// What to do with a live ECS service Vergence did not make that differs
+    /// from this (the runtime's `adopt`); one that matches is adopted.
+    #[serde(default, skip_serializing_if = "crate::adoption::Adopt::is_default")]
+    pub adopt: crate::adoption::Adopt,
 }
 
 impl EcsService {

@@ -47,6 +47,13 @@ pub enum EventKind {
     Converged {
         version: Version,
     },
+    /// A live object Vergence did not make already ran the desired
+    /// version's state: the runtime marked it as Vergence's, without
+    /// applying.
+    Adopted {
+        version: Version,
+        object: String,
+    },
     ConfigApplied {
         hash: String,
     },
@@ -117,6 +124,7 @@ impl EventKind {
             EventKind::JobStopRequested { .. } => "jobStopRequested",
             EventKind::DriftDetected { .. } => "driftDetected",
             EventKind::Converged { .. } => "converged",
+            EventKind::Adopted { .. } => "adopted",
             EventKind::ConfigApplied { .. } => "configApplied",
             EventKind::InstanceAdded => "instanceAdded",
             EventKind::InstanceRemoved => "instanceRemoved",

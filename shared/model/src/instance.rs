@@ -398,6 +398,11 @@ pub struct FetchObservation {
     pub version: Version,
     pub verdict: FetchVerdict,
     pub summary: String,
+    /// Live objects the fetch found that Vergence did not make and that
+    /// differ from the desired state: the first apply takes them over, so
+    /// it waits for an approval (see `adoption`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub takeovers: Vec<crate::adoption::Takeover>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,6 +10,7 @@
 // The core stays readable: no function over 80 lines (clippy.toml).
 #![warn(clippy::too_many_lines)]
 
+pub mod adoption;
 pub mod agent;
 pub mod bundle;
 pub mod cloud_run;

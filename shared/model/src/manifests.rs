@@ -90,6 +90,10 @@ pub struct KubernetesObjects {
     pub version: String,
     /// Where the manifests came from (for people): `manifests/web`.
     pub source: String,
+    /// What to do with a live object Vergence did not make that differs
+    /// from this (the runtime's `adopt`); one that matches is adopted.
+    #[serde(default, skip_serializing_if = "crate::adoption::Adopt::is_default")]
+    pub adopt: crate::adoption::Adopt,
 }
 
 impl KubernetesObjects {

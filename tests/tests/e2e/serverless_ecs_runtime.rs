@@ -306,3 +306,132 @@ async fn the_worker_rolls_out_releases_heals_drift_and_rolls_back_a_failed_rollo
             .any(|e| matches!(e.kind, EventKind::RolledBack { .. }))
     );
 }
+
+impl Bed {
+    /// An ECS service someone else made (brownfield): the config's task
+    /// definition running `image`, without Vergence's tags.
+    async fn made_by_someone_else(&self, image: &str) {
+        let registered = self
+            .moto
+            .plain_ecs
+            .register_task_definition()
+            .family(&self.name)
+            .network_mode(aws_sdk_ecs::types::NetworkMode::Awsvpc)
+            .requires_compatibilities(aws_sdk_ecs::types::Compatibility::Fargate)
+            .cpu("256")
+            .memory("512")
+            .container_definitions(
+                ContainerDefinition::builder()
+                    .name("web")
+                    .image(image)
+                    .essential(true)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        self.moto
+            .plain_ecs
+            .create_service()
+            .cluster(&self.moto.cluster)
+            .service_name(&self.name)
+            .task_definition(
+                registered
+                    .task_definition()
+                    .unwrap()
+                    .task_definition_arn()
+                    .unwrap(),
+            )
+            .desired_count(2)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// Task definitions registered and services created or updated by
+    /// the worker.
+    fn applies(&self) -> usize {
+        ["RegisterTaskDefinition", "CreateService", "UpdateService"]
+            .into_iter()
+            .map(|op| self.moto.injector.calls(op))
+            .sum()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_service_that_runs_the_release_is_adopted_without_applying() {
+    let Some(mut bed) = bed().await else { return };
+    bed.made_by_someone_else("registry.example.com/web:v1")
+        .await;
+    bed.release("v1").await;
+    bed.converged_on("v1").await;
+    assert_eq!(
+        bed.applies(),
+        0,
+        "nothing is registered, created or updated"
+    );
+    assert_eq!(
+        bed.running().await.1.as_deref(),
+        Some("v1"),
+        "marked as Vergence's"
+    );
+    let events = bed.h.events().await;
+    let adopted: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Adopted { .. }))
+        .collect();
+    assert_eq!(adopted.len(), 1, "{events:#?}");
+    assert_eq!(adopted[0].kind.name(), "adopted");
+    assert!(
+        adopted[0]
+            .message
+            .contains(&format!("adopted {}", bed.name)),
+        "{}",
+        adopted[0].message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_service_that_differs_is_taken_over_once_approved() {
+    let Some(mut bed) = bed().await else { return };
+    bed.made_by_someone_else("registry.example.com/web:v0")
+        .await;
+    bed.release("v1").await;
+    bed.run_until("waiting for approval", |r| {
+        r.state.status == Status::WaitingApproval
+    })
+    .await;
+    let record = bed.instance().await;
+    let expected = format!(
+        "waiting for approval to take over the existing ECS service {}: containerDefinitions[web].image: registry.example.com/web:v0 live, registry.example.com/web:v1 wanted",
+        bed.name
+    );
+    assert!(
+        record.state.reason.starts_with(&expected),
+        "{}",
+        record.state.reason
+    );
+    assert!(record.state.reason.contains("vergence approve"));
+    for _ in 0..5 {
+        bed.step().await;
+    }
+    assert_eq!(bed.instance().await.state.status, Status::WaitingApproval);
+    assert_eq!(bed.applies(), 0, "nothing is applied before the approval");
+
+    bed.h
+        .control()
+        .approve(&record.key, None, "alice")
+        .await
+        .unwrap();
+    bed.converged_on("v1").await;
+    assert_eq!(bed.moto.injector.calls("UpdateService"), 1, "one apply");
+    assert_eq!(bed.moto.injector.calls("CreateService"), 0);
+    assert_eq!(bed.running().await.1.as_deref(), Some("v1"));
+    let events = bed.h.events().await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Adopted { .. })),
+        "taken over, not adopted"
+    );
+}

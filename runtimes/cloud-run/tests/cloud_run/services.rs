@@ -70,6 +70,7 @@ fn wanted(version: &str, image: &str) -> CloudRunService {
         service_id: "svc-0123456789".into(),
         version: version.into(),
         file: "run/web.yaml".into(),
+        adopt: Default::default(),
     }
 }
 

@@ -6,15 +6,14 @@
 //! images is drifted; either way the engine applies again (drift
 //! remediation).
 
-use std::collections::BTreeSet;
-
-use aws_sdk_ecs::types::{
-    Deployment, DeploymentRolloutState, Service, TaskDefinition, TaskDefinitionField,
-};
+use aws_sdk_ecs::types::{Deployment, DeploymentRolloutState, Service, Tag, TaskDefinitionField};
 use serde_json::{Value, json};
+use tracing::info;
 use vergence_model::EcsService;
+use vergence_model::adoption::{self, Adopt, Takeover};
 use vergence_model::ecs::tags;
 
+use super::wire::ResponseBody;
 use super::{EcsServices, describe_service, digest};
 use crate::clients::EcsClients;
 use crate::error::{EcsError, describe};
@@ -56,7 +55,7 @@ async fn observe(
             operation: "DescribeServices",
             missing: "the service's task definition",
         })?;
-    let (version, drifted) = version_of(clients, service, arn).await?;
+    let seen = version_of(clients, service, found, arn).await?;
     let (running, desired) = primary.map_or((found.running_count(), found.desired_count()), |d| {
         (d.running_count(), d.desired_count())
     });
@@ -67,17 +66,31 @@ async fn observe(
     if older > 0 {
         message.push(format!("{older} older deployment(s) still running"));
     }
+    if seen.adopted {
+        message.push(format!(
+            "adopted: it runs the task definition of {}, so it is tagged as Vergence's",
+            service.task_definition_file
+        ));
+    }
+    if let Some(takeover) = &seen.takeover {
+        message.push(format!(
+            "not Vergence's; applying changes {}",
+            takeover.differences.join(", ")
+        ));
+    }
     Ok(json!({
         "name": service.service_name,
         "objectType": OBJECT_TYPE,
         "versions": [{
-            "version": version,
+            "version": seen.version,
             "active": true,
             "replicas": running,
             "availableReplicas": running,
             "targetReplicas": desired,
-            "drifted": drifted,
+            "drifted": seen.drifted,
         }],
+        "adopted": seen.adopted,
+        "takeover": seen.takeover,
         "status": status,
         "message": message.join("; "),
         "externalLinks": [{
@@ -88,19 +101,38 @@ async fn observe(
     }))
 }
 
+/// What the PRIMARY deployment's task definition says about the desired
+/// one.
+struct Seen {
+    /// The version its tags name, or a name for one Vergence did not
+    /// register (`web:7, not registered by Vergence`).
+    version: String,
+    drifted: bool,
+    /// It was not Vergence's but ran the file's task definition: tagged
+    /// as Vergence's now.
+    adopted: bool,
+    /// It is not Vergence's and differs: applying takes it over.
+    takeover: Option<Takeover>,
+}
+
 /// The version a task definition was registered for, and whether it was
 /// changed since: its tags when Vergence registered it for this instance;
-/// otherwise it names itself (`web:7, not registered by Vergence`).
+/// otherwise the service is someone else's, adopted when it runs exactly
+/// what the file describes (the drift check's comparison), else a takeover.
 async fn version_of(
     clients: &EcsClients,
     service: &EcsService,
+    found: &Service,
     arn: &str,
-) -> Result<(String, bool), EcsError> {
+) -> Result<Seen, EcsError> {
+    let answer = ResponseBody::default();
     let described = clients
         .ecs
         .describe_task_definition()
         .task_definition(arn)
         .include(TaskDefinitionField::Tags)
+        .customize()
+        .config_override(answer.config())
         .send()
         .await
         .map_err(|e| EcsError::DescribeTaskDefinition {
@@ -108,6 +140,14 @@ async fn version_of(
             detail: describe(&e),
             source: Box::new(e),
         })?;
+    let live = answer.take();
+    if !live["taskDefinition"].is_object() {
+        return Err(EcsError::IncompleteAnswer {
+            operation: "DescribeTaskDefinition",
+            missing: "the task definition's JSON",
+        });
+    }
+    let differences = differences(service, &live["taskDefinition"]);
     let tag = |key: &str| {
         described
             .tags()
@@ -116,41 +156,105 @@ async fn version_of(
             .and_then(|t| t.value())
     };
     let name = arn.rsplit('/').next().unwrap_or(arn);
+    let mut seen = Seen {
+        version: format!("{name}, not registered by Vergence"),
+        drifted: false,
+        adopted: false,
+        takeover: None,
+    };
+    // The service is Vergence's when it carries the instance's tag (its
+    // create put it there) or runs a task definition registered for it.
+    let ours = found.tags().iter().any(|t| {
+        t.key() == Some(tags::SERVICE_ID) && t.value() == Some(service.service_id.as_str())
+    });
     match tag(tags::VERSION) {
         Some(version) if tag(tags::SERVICE_ID) == Some(service.service_id.as_str()) => {
-            let drifted = version == service.version
-                && (tag(tags::DIGEST) != Some(digest(service).as_str())
-                    || described
-                        .task_definition()
-                        .is_some_and(|d| !same_containers(service, d)));
-            Ok((version.to_owned(), drifted))
+            seen.drifted = version == service.version
+                && (tag(tags::DIGEST) != Some(digest(service).as_str()) || !differences.is_empty());
+            seen.version = version.to_owned();
         }
-        _ => Ok((format!("{name}, not registered by Vergence"), false)),
+        // Changed out of band: drift, remediated as ever.
+        _ if ours => {}
+        _ if differences.is_empty() => {
+            mark(clients, service, found, arn).await?;
+            seen.version.clone_from(&service.version);
+            seen.adopted = true;
+        }
+        _ if service.adopt == Adopt::Approve => {
+            seen.takeover = Some(Takeover {
+                object: format!("ECS service {}", service.service_name),
+                differences,
+            });
+        }
+        _ => {}
     }
+    Ok(seen)
 }
 
-/// Whether the registered task definition has the file's containers with
-/// their images: tags copied onto a revision registered by hand carry
-/// over, but what it runs shows.
-fn same_containers(service: &EcsService, registered: &TaskDefinition) -> bool {
-    let rendered: Value = serde_json::from_str(&service.task_definition).unwrap_or_default();
-    let wanted: BTreeSet<(&str, &str)> = rendered["containerDefinitions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            (
-                c["name"].as_str().unwrap_or_default(),
-                c["image"].as_str().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let running: BTreeSet<(&str, &str)> = registered
-        .container_definitions()
+/// How the registered task definition differs from the file's, field by
+/// field (tags are no field of it): drift on one Vergence registered, and
+/// whether a service it did not make can be adopted.
+fn differences(service: &EcsService, registered: &Value) -> Vec<String> {
+    let mut wanted: Value = serde_json::from_str(&service.task_definition).unwrap_or_default();
+    if let Some(fields) = wanted.as_object_mut() {
+        fields.remove("tags");
+    }
+    adoption::differences(&wanted, registered)
+}
+
+/// Marks a service Vergence did not make, which runs the file's task
+/// definition, as Vergence's: the tags its own registrations and services
+/// carry, so later fetches and applies treat it as one of them.
+async fn mark(
+    clients: &EcsClients,
+    service: &EcsService,
+    found: &Service,
+    arn: &str,
+) -> Result<(), EcsError> {
+    tag_resource(
+        clients,
+        arn,
+        &[
+            (tags::SERVICE_ID, service.service_id.as_str()),
+            (tags::VERSION, service.version.as_str()),
+            (tags::DIGEST, digest(service).as_str()),
+        ],
+    )
+    .await?;
+    if let Some(service_arn) = found.service_arn() {
+        tag_resource(
+            clients,
+            service_arn,
+            &[(tags::SERVICE_ID, service.service_id.as_str())],
+        )
+        .await?;
+    }
+    info!(cluster = %service.cluster, service = %service.service_name, task_definition = %arn, version = %service.version, "adopted the ECS service");
+    Ok(())
+}
+
+async fn tag_resource(
+    clients: &EcsClients,
+    arn: &str,
+    pairs: &[(&str, &str)],
+) -> Result<(), EcsError> {
+    let tags = pairs
         .iter()
-        .map(|c| (c.name().unwrap_or_default(), c.image().unwrap_or_default()))
+        .map(|(key, value)| Tag::builder().key(*key).value(*value).build())
         .collect();
-    wanted == running
+    clients
+        .ecs
+        .tag_resource()
+        .resource_arn(arn)
+        .set_tags(Some(tags))
+        .send()
+        .await
+        .map_err(|e| EcsError::TagResource {
+            resource: arn.to_owned(),
+            detail: describe(&e),
+            source: Box::new(e),
+        })?;
+    Ok(())
 }
 
 /// The object's status from its PRIMARY deployment's rollout state; a

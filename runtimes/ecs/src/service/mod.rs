@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use aws_sdk_ecs::types::Service;
+use aws_sdk_ecs::types::{Service, ServiceField};
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 use tracing::{instrument, warn};
@@ -124,6 +124,7 @@ async fn describe_service(
         .describe_services()
         .cluster(&service.cluster)
         .services(&service.service_name)
+        .include(ServiceField::Tags)
         .send()
         .await
         .map_err(|e| EcsError::DescribeServices {

@@ -6,7 +6,11 @@
 //! the request is signed. The SDK still signs, retries, sends and parses
 //! the answer.
 
-use aws_sdk_ecs::config::interceptors::BeforeTransmitInterceptorContextMut;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_sdk_ecs::config::interceptors::{
+    AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextMut,
+};
 use aws_sdk_ecs::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ecs::error::BoxError;
 use aws_smithy_types::body::SdkBody;
@@ -39,6 +43,48 @@ impl Intercept for RequestBody {
         request
             .headers_mut()
             .insert("content-length", self.0.len().to_string());
+        Ok(())
+    }
+}
+
+/// Keeps the JSON body of one operation's answer: the fields as ECS says
+/// them, in the shape of the user's request files, so they compare field
+/// by field without mapping each SDK type back.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ResponseBody(Arc<Mutex<Option<Value>>>);
+
+impl ResponseBody {
+    pub(super) fn config(&self) -> aws_sdk_ecs::config::Builder {
+        aws_sdk_ecs::config::Builder::default().interceptor(self.clone())
+    }
+
+    /// The answer's JSON; `Null` when there was none to read.
+    pub(super) fn take(&self) -> Value {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_default()
+    }
+}
+
+impl Intercept for ResponseBody {
+    fn name(&self) -> &'static str {
+        "vergence-ecs-response-body"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let body = context
+            .response()
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok());
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = body;
         Ok(())
     }
 }

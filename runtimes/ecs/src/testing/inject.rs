@@ -81,6 +81,8 @@ impl Rollout {
 #[derive(Clone, Debug, Default)]
 pub struct Injector {
     rewrites: Arc<Mutex<Vec<Rewrite>>>,
+    /// The operations answered, in order: what tests count calls by.
+    calls: Arc<Mutex<Vec<String>>>,
 }
 
 impl Injector {
@@ -120,6 +122,16 @@ impl Injector {
         self.push(Rewrite::StopTaskNotFound);
     }
 
+    /// How many `operation` calls (`UpdateService`) were answered.
+    pub fn calls(&self, operation: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|o| *o == operation)
+            .count()
+    }
+
     fn push(&self, rewrite: Rewrite) {
         self.rewrites.lock().unwrap().push(rewrite);
     }
@@ -145,6 +157,7 @@ impl Intercept for Injector {
             .load::<Metadata>()
             .map(|m| m.name().to_owned())
             .unwrap_or_default();
+        self.calls.lock().unwrap().push(operation.clone());
         let rewrites = self.rewrites();
         let relevant = rewrites.iter().any(|r| applies(r, &operation));
         if !relevant {

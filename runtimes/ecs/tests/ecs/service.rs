@@ -90,6 +90,7 @@ impl Bed {
             version: version.into(),
             task_definition_file: "ecs/task.json".into(),
             service_file: "ecs/service.json".into(),
+            adopt: Default::default(),
         }
     }
 
@@ -399,4 +400,133 @@ async fn what_ecs_refuses_is_a_failed_job_naming_the_call_and_the_service() {
         &"v1".parse().unwrap(),
     );
     assert_eq!(verdict, FetchVerdict::Error);
+}
+
+impl Bed {
+    /// An ECS service someone else made (brownfield): the file's task
+    /// definition running `image`, registered and started without
+    /// Vergence, so without its tags.
+    async fn made_by_someone_else(&self, image: &str) {
+        let registered = self
+            .moto
+            .plain_ecs
+            .register_task_definition()
+            .family(&self.name)
+            .network_mode(aws_sdk_ecs::types::NetworkMode::Awsvpc)
+            .requires_compatibilities(aws_sdk_ecs::types::Compatibility::Fargate)
+            .cpu("256")
+            .memory("512")
+            .container_definitions(
+                ContainerDefinition::builder()
+                    .name("web")
+                    .image(image)
+                    .essential(true)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let arn = registered
+            .task_definition()
+            .unwrap()
+            .task_definition_arn()
+            .unwrap();
+        self.moto
+            .plain_ecs
+            .create_service()
+            .cluster(&self.moto.cluster)
+            .service_name(&self.name)
+            .task_definition(arn)
+            .desired_count(2)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// The mutating ECS calls the runtime made so far.
+    fn mutations(&self) -> Vec<(&'static str, usize)> {
+        [
+            "RegisterTaskDefinition",
+            "CreateService",
+            "UpdateService",
+            "TagResource",
+        ]
+        .into_iter()
+        .map(|op| (op, self.moto.injector.calls(op)))
+        .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_someone_else_made_that_runs_the_file_is_adopted_without_applying() {
+    let Some(bed) = bed().await else { return };
+    bed.moto
+        .injector
+        .rollout(&bed.name, None, Rollout::Completed);
+    bed.made_by_someone_else("registry.example.com/web:1").await;
+    let v1 = bed.service("v1", "registry.example.com/web:1");
+
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}: {output}");
+    assert_eq!(output["objects"][0]["adopted"], json!(true), "{output}");
+    assert_eq!(
+        bed.mutations(),
+        [
+            ("RegisterTaskDefinition", 0),
+            ("CreateService", 0),
+            ("UpdateService", 0),
+            ("TagResource", 2)
+        ],
+        "only the marks are written"
+    );
+    let (arn, tags) = bed.running().await;
+    assert!(arn.ends_with(&format!("{}:1", bed.name)), "{arn}");
+    assert_eq!(tag(&tags, "vergence:version"), Some("v1"));
+    assert_eq!(tag(&tags, "vergence:service-id"), Some("svc-0123456789"));
+
+    // From now on it is Vergence's: nothing more is adopted or written.
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
+    assert_eq!(output["objects"][0]["adopted"], json!(false), "{output}");
+    assert_eq!(bed.moto.injector.calls("TagResource"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_someone_else_made_that_differs_is_a_takeover_unless_adopt_apply() {
+    let Some(bed) = bed().await else { return };
+    bed.moto
+        .injector
+        .rollout(&bed.name, None, Rollout::Completed);
+    bed.made_by_someone_else("registry.example.com/web:0").await;
+    let mut v1 = bed.service("v1", "registry.example.com/web:1");
+
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::NeedsApply, "{summary}");
+    assert_eq!(
+        output["objects"][0]["takeover"],
+        json!({
+            "object": format!("ECS service {}", bed.name),
+            "differences": ["containerDefinitions[web].image: registry.example.com/web:0 live, registry.example.com/web:1 wanted"],
+        }),
+        "{output}"
+    );
+    assert_eq!(output["objects"][0]["adopted"], json!(false));
+    assert_eq!(
+        bed.moto.injector.calls("TagResource"),
+        0,
+        "nothing is marked"
+    );
+
+    // `adopt: apply`: the same service is drift to apply, no takeover.
+    v1.adopt = vergence_model::adoption::Adopt::Apply;
+    let (output, verdict, _) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::NeedsApply);
+    assert_eq!(output["objects"][0]["takeover"], Value::Null, "{output}");
+
+    // One apply takes it over; it is Vergence's after that.
+    bed.apply(&v1).await;
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
+    assert_eq!(output["objects"][0]["takeover"], Value::Null);
+    assert_eq!(bed.moto.injector.calls("UpdateService"), 1);
 }

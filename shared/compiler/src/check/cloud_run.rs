@@ -64,7 +64,11 @@ impl<'a> Checker<'a> {
             .steady_state_poll_interval
             .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0);
         Some(Runtime {
-            cloud_run: Some(CloudRunRuntime { project, region }),
+            cloud_run: Some(CloudRunRuntime {
+                project,
+                region,
+                adopt: cloud_run.adopt.map(Into::into).unwrap_or_default(),
+            }),
             ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })
     }

@@ -70,6 +70,7 @@ impl<'a> Checker<'a> {
             ecs: Some(EcsRuntime {
                 cluster,
                 region: ecs.region.clone(),
+                adopt: ecs.adopt.map(Into::into).unwrap_or_default(),
             }),
             ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })

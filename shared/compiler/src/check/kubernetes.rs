@@ -84,6 +84,7 @@ impl<'a> Checker<'a> {
         Some(Runtime {
             kubernetes: Some(KubernetesRuntime {
                 namespace: kubernetes.namespace.clone(),
+                adopt: kubernetes.adopt.map(Into::into).unwrap_or_default(),
             }),
             ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })

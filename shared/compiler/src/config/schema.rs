@@ -176,7 +176,7 @@ pub struct TerraformRuntimeDoc {
     pub retry_policy: Option<RetryPolicyDoc>,
 }
 
-/// `kubernetes: {agent, namespace, pollInterval, steadyStatePollInterval, timeout}`.
+/// `kubernetes: {agent, namespace, pollInterval, steadyStatePollInterval, timeout, adopt}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesRuntimeDoc {
@@ -191,9 +191,14 @@ pub struct KubernetesRuntimeDoc {
     pub steady_state_poll_interval: Option<DurationDoc>,
     /// How long one apply or read may take.
     pub timeout: Option<DurationDoc>,
+    /// What to do with a live Kubernetes object Vergence did not make that differs
+    /// from the desired state: `approve` (the default: the first apply
+    /// waits for an approval showing the differences) or `apply`. One that
+    /// matches is adopted without applying either way.
+    pub adopt: Option<AdoptDoc>,
 }
 
-/// `ecs: {cluster, region, pollInterval, steadyStatePollInterval, timeout}`.
+/// `ecs: {cluster, region, pollInterval, steadyStatePollInterval, timeout, adopt}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EcsRuntimeDoc {
@@ -207,6 +212,11 @@ pub struct EcsRuntimeDoc {
     pub steady_state_poll_interval: Option<DurationDoc>,
     /// How long one apply or read may take.
     pub timeout: Option<DurationDoc>,
+    /// What to do with a live ECS service Vergence did not make that differs
+    /// from the desired state: `approve` (the default: the first apply
+    /// waits for an approval showing the differences) or `apply`. One that
+    /// matches is adopted without applying either way.
+    pub adopt: Option<AdoptDoc>,
 }
 
 /// A service's `ecs: {taskDefinition: FILE, service: FILE}`.
@@ -221,7 +231,7 @@ pub struct ServiceEcsDoc {
     pub service: String,
 }
 
-/// `cloudRun: {project, region, pollInterval, steadyStatePollInterval, timeout}`.
+/// `cloudRun: {project, region, pollInterval, steadyStatePollInterval, timeout, adopt}`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudRunRuntimeDoc {
@@ -233,6 +243,28 @@ pub struct CloudRunRuntimeDoc {
     pub steady_state_poll_interval: Option<DurationDoc>,
     /// How long one apply or read may take.
     pub timeout: Option<DurationDoc>,
+    /// What to do with a live Cloud Run service Vergence did not make that differs
+    /// from the desired state: `approve` (the default: the first apply
+    /// waits for an approval showing the differences) or `apply`. One that
+    /// matches is adopted without applying either way.
+    pub adopt: Option<AdoptDoc>,
+}
+
+/// `adopt:` of a first-class runtime (see `vergence_model::adoption`).
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AdoptDoc {
+    Approve,
+    Apply,
+}
+
+impl From<AdoptDoc> for vergence_model::adoption::Adopt {
+    fn from(doc: AdoptDoc) -> Self {
+        match doc {
+            AdoptDoc::Approve => Self::Approve,
+            AdoptDoc::Apply => Self::Apply,
+        }
+    }
 }
 
 /// A service's `cloudRun: {service: FILE}`.

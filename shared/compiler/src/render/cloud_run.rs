@@ -56,6 +56,7 @@ pub(crate) fn render(
         service_id: ids.service_id.clone(),
         version: String::new(),
         file: file.clone(),
+        adopt: runtime.adopt,
     })
 }
 

@@ -97,6 +97,7 @@ pub(crate) fn render(
         version: String::new(),
         task_definition_file: task_file.clone(),
         service_file: service_file.clone(),
+        adopt: runtime.adopt,
     })
 }
 

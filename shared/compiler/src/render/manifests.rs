@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::config::yaml;
 use crate::model::Manifests;
 use crate::template::Reference;
+use vergence_model::adoption::Adopt;
 use vergence_model::agent::protocol::labels;
 use vergence_model::manifests::object_labels;
 use vergence_model::{InstanceIds, InstanceKey, KubernetesObjects};
@@ -20,6 +21,7 @@ use vergence_model::{InstanceIds, InstanceKey, KubernetesObjects};
 pub(crate) fn render(
     manifests: &Manifests,
     namespace: Option<&str>,
+    adopt: Adopt,
     key: &InstanceKey,
     ids: &InstanceIds,
     resolve: impl Fn(&Reference) -> Option<String>,
@@ -48,6 +50,7 @@ pub(crate) fn render(
         selector,
         version: String::new(),
         source: manifests.dir.clone(),
+        adopt,
     })
 }
 

@@ -226,3 +226,33 @@ fn the_files_a_service_names_are_not_config_documents() {
     // never documents: a config with them has no other errors.
     assert!(check(&bundle(&files(&[("notes/other.json", "[1, 2]")]))).is_ok());
 }
+
+#[test]
+fn adopt_is_approve_unless_the_runtime_says_apply_and_other_values_are_errors() {
+    use vergence_model::adoption::Adopt;
+    let adopt_of = |runtime: &str| {
+        let model = check(&bundle(&files(&[("runtime.yaml", runtime)]))).unwrap();
+        let instances = compiled(&model, "shop", "web", Some(&release("v2", "r/web:2")));
+        let Some(BuiltinJob::EcsFetch(service)) =
+            &instances["prod"].fetch.as_ref().unwrap().job.builtin
+        else {
+            panic!("an ecs fetch");
+        };
+        service.adopt
+    };
+    assert_eq!(adopt_of(RUNTIME), Adopt::Approve);
+    let apply = "runtime:\n  name: fargate\n  ecs: {cluster: shop, adopt: apply}\n";
+    assert_eq!(adopt_of(apply), Adopt::Apply);
+    let explicit = "runtime:\n  name: fargate\n  ecs: {cluster: shop, adopt: approve}\n";
+    assert_eq!(adopt_of(explicit), Adopt::Approve);
+
+    let wrong = "runtime:\n  name: fargate\n  ecs: {cluster: shop, adopt: always}\n";
+    let all = errors_of(&files(&[("runtime.yaml", wrong)])).join("\n");
+    assert!(
+        all.contains("runtime.ecs.adopt")
+            && all.contains("always")
+            && all.contains("approve")
+            && all.contains("apply"),
+        "{all}"
+    );
+}

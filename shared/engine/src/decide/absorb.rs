@@ -367,7 +367,9 @@ impl Decider<'_> {
             version: flight.version.clone(),
             verdict,
             summary: summary.clone(),
+            takeovers: Vec::new(),
         });
+        self.absorb_adoption(fetch.mode, flight, result, stale);
         // A plan is handed to the apply of the same version; an approval
         // binds to its digest, so a new plan needs a new approval.
         if terraform {

@@ -81,7 +81,8 @@ pub async fn load_facts(
         || spec
             .preconditions
             .iter()
-            .any(|p| matches!(p, Precondition::ManualApproval { .. }));
+            .any(|p| matches!(p, Precondition::ManualApproval { .. }))
+        || crate::gates::takeovers(spec, &record.state).is_some();
     if needs_approvals {
         facts.approvals = store.list_approvals(&record.key).await?;
     }
