@@ -14,6 +14,13 @@
 //!   revision and the traffic, as the structured fetch JSON every runtime
 //!   reports.
 //!
+//! A service Vergence did not make (brownfield) that has every field of
+//! the file's spec is adopted: annotated as Vergence's (on the service, so
+//! no revision is made) and reported at the desired version, nothing
+//! applied. One that differs is reported as a takeover with its
+//! differences, for the engine to ask for an approval first (unless the
+//! runtime says `adopt: apply`).
+//!
 //! Results go to the [`JobResultSink`] at once; `poll` does the job again,
 //! which both operations allow, for a result that was lost.
 
@@ -23,9 +30,11 @@ use std::time::Instant;
 use async_trait::async_trait;
 use google_cloud_run_v2::model::Service;
 use google_cloud_run_v2::model::condition::State;
+use google_cloud_wkt::FieldMask;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
+use vergence_model::adoption::{self, Adopt, Takeover};
 use vergence_model::cloud_run::annotations;
 use vergence_model::hashing::sha256_hex;
 use vergence_model::ports::{JobProgress, JobResultSink, Runner};
@@ -141,9 +150,45 @@ impl CloudRunServices {
                 "message": format!("there is no Cloud Run service {name}"),
             }),
             Err(e) => return Err(e),
-            Ok(found) => observe(wanted, &found),
+            Ok(found) => {
+                let differences = differences(wanted, &found)?;
+                let owner = match owner(wanted, &found) {
+                    Owner::Vergence => Owner::Vergence,
+                    Owner::Someone if differences.is_empty() => {
+                        self.mark(wanted, &found).await?;
+                        Owner::Adopted
+                    }
+                    Owner::Someone if wanted.adopt == Adopt::Approve => Owner::Takeover,
+                    other => other,
+                };
+                observe(wanted, &found, owner, differences)
+            }
         };
         Ok(json!({ "objects": [object] }).to_string())
+    }
+
+    /// Marks a service Vergence did not make, which runs the file's spec,
+    /// as Vergence's: the annotations its own services carry, on the
+    /// service only (a change of the template would make a revision).
+    async fn mark(&self, wanted: &CloudRunService, found: &Service) -> Result<(), CloudRunError> {
+        let name = wanted.name();
+        let mut marked = found.clone();
+        marked
+            .annotations
+            .insert(annotations::SERVICE_ID.into(), wanted.service_id.clone());
+        marked
+            .annotations
+            .insert(annotations::VERSION.into(), wanted.version.clone());
+        self.clients
+            .services
+            .update_service()
+            .set_service(marked)
+            .set_update_mask(FieldMask::default().set_paths(["annotations"]))
+            .send()
+            .await
+            .map_err(CloudRunError::api("marking Cloud Run service", &name))?;
+        info!(service = %name, version = %wanted.version, "adopted the Cloud Run service");
+        Ok(())
     }
 
     async fn get(&self, name: &str) -> Result<Service, CloudRunError> {
@@ -218,9 +263,58 @@ fn annotate(resource: &mut Value, ours: &Value) {
     }
 }
 
-/// What the service says about the wanted version.
-fn observe(wanted: &CloudRunService, found: &Service) -> Value {
-    let expected = revision_name(wanted);
+/// Whose a live service is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// Vergence made it, or adopted it before.
+    Vergence,
+    /// Someone else made it and it differs from the file (`adopt: apply`).
+    Someone,
+    /// Someone else made it and it ran the file's spec: marked now.
+    Adopted,
+    /// Someone else made it and it differs: applying takes it over.
+    Takeover,
+}
+
+/// Vergence's when the service or its template carries the instance's
+/// service id (applies annotate both; an adoption the service).
+fn owner(wanted: &CloudRunService, found: &Service) -> Owner {
+    let id = Some(&wanted.service_id);
+    let on_template = found
+        .template
+        .as_ref()
+        .and_then(|t| t.annotations.get(annotations::SERVICE_ID));
+    if on_template == id || found.annotations.get(annotations::SERVICE_ID) == id {
+        Owner::Vergence
+    } else {
+        Owner::Someone
+    }
+}
+
+/// How the live service differs from the file's spec, field by field:
+/// the drift check, and whether a service Vergence did not make can be
+/// adopted as it is.
+fn differences(wanted: &CloudRunService, found: &Service) -> Result<Vec<String>, CloudRunError> {
+    let spec: Value = serde_json::from_str(&wanted.spec).map_err(|e| {
+        CloudRunError::Launch(format!(
+            "the spec of Cloud Run service {} is not JSON: {e}",
+            wanted.service_name
+        ))
+    })?;
+    let live = serde_json::to_value(found).map_err(|e| {
+        CloudRunError::Launch(format!(
+            "Cloud Run service {} could not be read as JSON: {e}",
+            wanted.service_name
+        ))
+    })?;
+    Ok(adoption::differences(&spec, &live))
+}
+
+/// The version a service runs by Vergence's annotations: its template's,
+/// on a revision Vergence named; else, on a template Vergence never
+/// annotated, the service's own, which an adopted service carries (its
+/// template is as its owner made it until Vergence's first apply).
+fn annotated_version(wanted: &CloudRunService, found: &Service) -> Option<(String, bool)> {
     let template = found.template.as_ref();
     let named = template.map(|t| t.revision.as_str()).unwrap_or_default();
     let annotated = |key: &str| {
@@ -228,20 +322,48 @@ fn observe(wanted: &CloudRunService, found: &Service) -> Value {
             .and_then(|t| t.annotations.get(key))
             .map(String::as_str)
     };
-    let version = match annotated(annotations::VERSION) {
-        Some(version)
-            if annotated(annotations::SERVICE_ID) == Some(wanted.service_id.as_str())
-                && named.starts_with(&format!("{}-v", wanted.service_name)) =>
-        {
-            version.to_owned()
-        }
-        _ => format!(
-            "revision {} not made by Vergence",
-            short(&found.latest_created_revision)
-        ),
+    let id = Some(wanted.service_id.as_str());
+    if annotated(annotations::SERVICE_ID) == id {
+        // The desired version's tags on another template: edited by hand.
+        return annotated(annotations::VERSION)
+            .filter(|_| named.starts_with(&format!("{}-v", wanted.service_name)))
+            .map(|version| (version.to_owned(), named != revision_name(wanted)));
+    }
+    found
+        .annotations
+        .get(annotations::VERSION)
+        .filter(|_| {
+            found
+                .annotations
+                .get(annotations::SERVICE_ID)
+                .map(String::as_str)
+                == id
+        })
+        .map(|version| (version.clone(), false))
+}
+
+/// What the service says about the wanted version.
+fn observe(
+    wanted: &CloudRunService,
+    found: &Service,
+    owner: Owner,
+    differences: Vec<String>,
+) -> Value {
+    let annotated = match owner {
+        Owner::Adopted => Some((wanted.version.clone(), false)),
+        Owner::Vergence => annotated_version(wanted, found),
+        Owner::Someone | Owner::Takeover => None,
     };
-    // The desired version's tags on another template: edited by hand.
-    let drifted = version == wanted.version && named != expected;
+    let (version, renamed) = annotated.unwrap_or_else(|| {
+        (
+            format!(
+                "revision {} not made by Vergence",
+                short(&found.latest_created_revision)
+            ),
+            false,
+        )
+    });
+    let drifted = version == wanted.version && (renamed || !differences.is_empty());
     let latest_created = short(&found.latest_created_revision);
     let latest_ready = short(&found.latest_ready_revision);
     let ready = found.terminal_condition.as_ref();
@@ -283,12 +405,29 @@ fn observe(wanted: &CloudRunService, found: &Service) -> Value {
             )
         })
         .collect();
+    let ownership = match owner {
+        Owner::Adopted => format!(
+            "; adopted: it runs the spec of {}, so it is annotated as Vergence's",
+            wanted.file
+        ),
+        Owner::Takeover => format!(
+            "; not Vergence's; applying changes {}",
+            differences.join(", ")
+        ),
+        _ => String::new(),
+    };
+    let takeover = (owner == Owner::Takeover).then(|| Takeover {
+        object: format!("Cloud Run service {}", wanted.service_name),
+        differences,
+    });
     json!({
         "name": wanted.service_name,
         "objectType": "CloudRun",
         "versions": [{"version": version, "active": true, "drifted": drifted}],
+        "adopted": owner == Owner::Adopted,
+        "takeover": takeover,
         "status": status,
-        "message": format!("{reason}; latest ready revision {}; traffic: {}", if latest_ready.is_empty() { "none" } else { latest_ready }, if traffic.is_empty() { "none".to_owned() } else { traffic.join(", ") }),
+        "message": format!("{reason}; latest ready revision {}; traffic: {}{ownership}", if latest_ready.is_empty() { "none" } else { latest_ready }, if traffic.is_empty() { "none".to_owned() } else { traffic.join(", ") }),
         "externalLinks": [{
             "type": "DETAIL",
             "name": "Cloud Run console",

@@ -22,15 +22,16 @@ use vergence_runner_cloud_run::CloudRunClients;
 
 const SERVICE: &str = "projects/shop-prod/locations/europe-west1/services/web-prod";
 
-fn write_config(dir: &std::path::Path) {
+/// The config; `adopt` is the Cloud Run runtime's setting, if any.
+fn write_config(dir: &std::path::Path, adopt: Option<&str>) {
+    let adopt = adopt.map(|a| format!(", adopt: {a}")).unwrap_or_default();
+    let runtime = format!(
+        "runtime:\n  name: run\n  cloudRun: {{project: shop-prod, region: europe-west1, pollInterval: 20s, steadyStatePollInterval: 1m{adopt}}}\n  convergenceGracePeriod: 1m\n"
+    );
     let files = [
         (
             "application.yaml",
             "application:\n  name: shop\n  releaseChannels:\n    - {name: prod, runtimes: [{runtime: run}]}\n",
-        ),
-        (
-            "runtime.yaml",
-            "runtime:\n  name: run\n  cloudRun: {project: shop-prod, region: europe-west1, pollInterval: 20s, steadyStatePollInterval: 1m}\n  convergenceGracePeriod: 1m\n",
         ),
         (
             "web.yaml",
@@ -41,6 +42,7 @@ fn write_config(dir: &std::path::Path) {
             "name: web-{{.Builtins.ReleaseChannel.Name}}\ntemplate:\n  containers:\n    - image: \"{{.Params.image}}\"\n",
         ),
     ];
+    std::fs::write(dir.join("runtime.yaml"), runtime).unwrap();
     std::fs::create_dir_all(dir.join("run")).unwrap();
     for (file, content) in files {
         std::fs::write(dir.join(file), content).unwrap();
@@ -118,12 +120,9 @@ impl Bed {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worker_rolls_out_heals_drift_and_rolls_back_a_revision_that_fails() {
-    let Some((dynamodb, sqs)) = endpoints() else {
-        return;
-    };
-    let fake = FakeCloudRun::start().await.unwrap();
+/// The deployment on the fake Cloud Run API, with the config applied.
+async fn bed(adopt: Option<&str>, fake: FakeCloudRun) -> Option<Bed> {
+    let (dynamodb, sqs) = endpoints()?;
     let clock = Arc::new(ManualClock::new(Timestamp::now()));
     let mut h = Harness::start_with_clock(&dynamodb, &sqs, Some(clock.clone())).await;
     let clients = CloudRunClients::at_endpoint(fake.url(), anonymous::Builder::new().build())
@@ -131,17 +130,25 @@ async fn the_worker_rolls_out_heals_drift_and_rolls_back_a_revision_that_fails()
         .unwrap();
     h.deployment = h.deployment.clone().with_cloud_run(clients);
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path());
+    write_config(dir.path(), adopt);
     h.control()
         .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
     let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
-    let mut bed = Bed {
+    Some(Bed {
         h,
         worker,
         fake,
         clock,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_rolls_out_heals_drift_and_rolls_back_a_revision_that_fails() {
+    let fake = FakeCloudRun::start().await.unwrap();
+    let Some(mut bed) = bed(None, fake).await else {
+        return;
     };
 
     bed.release("v1").await;
@@ -197,4 +204,52 @@ async fn the_worker_rolls_out_heals_drift_and_rolls_back_a_revision_that_fails()
         events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
     );
     assert_eq!(bed.image(), "europe-docker.pkg.dev/shop/web:v2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_adopt_apply_an_existing_service_that_differs_is_applied_without_approval() {
+    let fake = FakeCloudRun::start().await.unwrap();
+    // Someone else's service: another image, no Vergence annotations.
+    let url = format!(
+        "{}/v2/projects/shop-prod/locations/europe-west1/services?serviceId=web-prod",
+        fake.url()
+    );
+    let created = reqwest::Client::new()
+        .post(url)
+        .json(
+            &json!({"template": {"containers": [{"image": "europe-docker.pkg.dev/shop/web:v0"}]}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        created.status().is_success(),
+        "{}",
+        created.text().await.unwrap()
+    );
+    let Some(mut bed) = bed(Some("apply"), fake).await else {
+        return;
+    };
+    bed.fake.reset_requests();
+
+    bed.release("v1").await;
+    bed.converged_on("v1").await;
+    assert_eq!(bed.image(), "europe-docker.pkg.dev/shop/web:v1");
+    assert_eq!(
+        bed.fake.count("PATCH", &format!("/v2/{SERVICE}")),
+        1,
+        "one apply: the update"
+    );
+    let events = bed.h.events().await;
+    assert!(
+        !events.iter().any(|e| matches!(
+            e.kind,
+            EventKind::StatusChanged {
+                to: Status::WaitingApproval,
+                ..
+            }
+        ) || matches!(e.kind, EventKind::Adopted { .. })),
+        "{:#?}",
+        events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
 }

@@ -269,3 +269,102 @@ async fn a_revision_deployed_by_hand_is_drift_and_the_next_apply_heals_it() {
         "europe-docker.pkg.dev/shop/web:1"
     );
 }
+
+impl Bed {
+    /// A Cloud Run service someone else made (brownfield): the file's spec
+    /// running `image`, without Vergence's annotations, settled; the
+    /// requests it took are forgotten.
+    async fn made_by_someone_else(&self, image: &str) {
+        let spec: google_cloud_run_v2::model::Service = serde_json::from_value(json!({
+            "labels": {"team": "shop"},
+            "template": {"containers": [{"image": image, "ports": [{"containerPort": 8080}]}]},
+        }))
+        .unwrap();
+        let client = self.fake.services_client().await.unwrap();
+        client
+            .create_service()
+            .set_parent(format!("projects/{PROJECT}/locations/{REGION}"))
+            .set_service_id("web")
+            .set_service(spec)
+            .send()
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            client.get_service().set_name(SERVICE).send().await.unwrap();
+        }
+        self.fake.reset_requests();
+    }
+
+    /// Writes to the service: creates and updates.
+    fn writes(&self) -> usize {
+        self.fake
+            .count_matching(|r| r.method != "GET" && r.path.contains("/services"))
+    }
+}
+
+#[tokio::test]
+async fn a_service_someone_else_made_that_runs_the_file_is_adopted_without_a_revision() {
+    let bed = bed().await;
+    bed.made_by_someone_else("europe-docker.pkg.dev/shop/web:1")
+        .await;
+    let before = bed.fake.service(SERVICE).unwrap();
+    let v1 = wanted("v1", "europe-docker.pkg.dev/shop/web:1");
+
+    let (output, verdict, summary) = bed.settled(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}: {output}");
+    assert_eq!(output["objects"][0]["adopted"], json!(true), "{output}");
+    assert_eq!(
+        bed.fake.count("PATCH", &format!("/v2/{SERVICE}")),
+        1,
+        "one write: the marks"
+    );
+    let after = bed.fake.service(SERVICE).unwrap();
+    assert_eq!(
+        after["annotations"]["vergence.dev/service-id"],
+        "svc-0123456789"
+    );
+    assert_eq!(after["annotations"]["vergence.dev/version"], "v1");
+    assert_eq!(
+        after["latestCreatedRevision"], before["latestCreatedRevision"],
+        "no revision is made"
+    );
+    assert_eq!(after["template"], before["template"]);
+
+    // Vergence's from now on: nothing more is written.
+    let (output, verdict, summary) = bed.settled(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
+    assert_eq!(output["objects"][0]["adopted"], json!(false));
+    assert_eq!(bed.writes(), 1);
+}
+
+#[tokio::test]
+async fn a_service_someone_else_made_that_differs_is_a_takeover_unless_adopt_apply() {
+    let bed = bed().await;
+    bed.made_by_someone_else("europe-docker.pkg.dev/shop/web:0")
+        .await;
+    let mut v1 = wanted("v1", "europe-docker.pkg.dev/shop/web:1");
+
+    let (output, verdict, summary) = bed.settled(&v1).await;
+    assert_eq!(verdict, FetchVerdict::NeedsApply, "{summary}");
+    assert_eq!(
+        output["objects"][0]["takeover"],
+        json!({
+            "object": "Cloud Run service web",
+            "differences": ["template.containers[0].image: europe-docker.pkg.dev/shop/web:0 live, europe-docker.pkg.dev/shop/web:1 wanted"],
+        }),
+        "{output}"
+    );
+    assert_eq!(bed.writes(), 0, "nothing is marked");
+
+    v1.adopt = vergence_model::adoption::Adopt::Apply;
+    let (output, verdict, _) = bed.settled(&v1).await;
+    assert_eq!(verdict, FetchVerdict::NeedsApply);
+    assert_eq!(output["objects"][0]["takeover"], Value::Null, "{output}");
+
+    // One apply takes it over.
+    bed.apply(&v1).await;
+    let (output, verdict, summary) = bed.settled(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
+    assert_eq!(output["objects"][0]["takeover"], Value::Null);
+    assert_eq!(bed.writes(), 1);
+}
