@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::info;
 use vergence_model::KubernetesObjects;
+use vergence_model::adoption::{Adopt, Takeover};
 use vergence_model::agent::protocol::{ObjectsChanged, labels};
 use vergence_model::manifests::object_labels;
 
@@ -99,6 +100,16 @@ struct Resolved {
     key: ObjectKey,
     resource: ApiResource,
     applied: Value,
+}
+
+/// Whose a live object is, as a fetch finds it.
+enum Found {
+    /// Vergence's (or none, or `adopt: apply`: applied like any other).
+    Vergence,
+    /// Someone else's that was already as described: marked now.
+    Adopted,
+    /// Someone else's that differs: applying takes it over.
+    Takeover(Takeover),
 }
 
 /// An object Vergence has asked about, and what it last concluded.
@@ -190,12 +201,80 @@ impl Objects {
         let mut objects = Vec::with_capacity(desired.len());
         for object in &desired {
             let cache = self.cache(&object.key, &object.resource).await?;
-            let live = cache.get(&object.key.name);
-            let observed = state::observe(&object.applied, live.as_ref());
+            let (live, found) = match cache.get(&object.key.name) {
+                Some(live) => (Some(live), Found::Vergence),
+                None => self.unlabelled(object, work).await?,
+            };
+            let mut observed = state::observe(&object.applied, live.as_ref());
+            match found {
+                Found::Vergence => {}
+                Found::Adopted => {
+                    observed["adopted"] = true.into();
+                    observed["message"] = "adopted: it already was what the manifests describe, so it is labelled as Vergence's".into();
+                }
+                Found::Takeover(takeover) => {
+                    observed["message"] = format!(
+                        "not Vergence's; applying changes {}",
+                        takeover.differences.join(", ")
+                    )
+                    .into();
+                    observed["takeover"] = json!(takeover);
+                }
+            }
             self.remember(object, work, Some(state::summary(&observed)));
             objects.push(observed);
         }
         Ok(json!({ "objects": objects }).to_string())
+    }
+
+    /// An object the watch cache (Vergence's objects only) does not hold,
+    /// read from the cluster: none; Vergence's all the same (applied a
+    /// moment ago); or someone else's (brownfield). Someone else's object
+    /// that already is what the manifests describe (the drift check's
+    /// comparison, without Vergence's marks) is adopted: applied as it is,
+    /// which adds the marks and makes Vergence's field manager own its
+    /// fields without changing any value (no rollout). One that differs
+    /// is a takeover, unless the runtime says `adopt: apply`.
+    async fn unlabelled(
+        &self,
+        object: &Resolved,
+        work: &KubernetesObjects,
+    ) -> Result<(Option<Value>, Found), AgentError> {
+        let api = self.api(&object.resource, object.key.namespace.as_deref());
+        let shown = object.key.shown();
+        let Some(live) = api
+            .get_opt(&object.key.name)
+            .await
+            .map_err(AgentError::kube("reading", shown.clone()))?
+        else {
+            return Ok((None, Found::Vergence));
+        };
+        let live = serde_json::to_value(live).unwrap_or_default();
+        let labels = &live["metadata"]["labels"];
+        if labels[object_labels::MANAGED_BY] == object_labels::MANAGED_BY_VALUE {
+            return Ok((Some(live), Found::Vergence));
+        }
+        let differences = state::differences(&state::unmarked(&object.applied, work), &live);
+        if differences.is_empty() {
+            let params = PatchParams::apply(object_labels::FIELD_MANAGER).force();
+            let marked = api
+                .patch(&object.key.name, &params, &Patch::Apply(&object.applied))
+                .await
+                .map_err(AgentError::kube("adopting", shown.clone()))?;
+            info!(object = %shown, version = %work.version, "adopted");
+            return Ok((
+                Some(serde_json::to_value(marked).unwrap_or_default()),
+                Found::Adopted,
+            ));
+        }
+        let found = match work.adopt {
+            Adopt::Approve => Found::Takeover(Takeover {
+                object: shown,
+                differences: differences.iter().map(ToString::to_string).collect(),
+            }),
+            Adopt::Apply => Found::Vergence,
+        };
+        Ok((Some(live), found))
     }
 
     fn namespace_of(&self, work: &KubernetesObjects) -> String {

@@ -30,53 +30,120 @@ pub fn applied_form(object: &Value, work: &KubernetesObjects, namespace: Option<
 /// that was applied has its value. Fields the cluster adds (defaults,
 /// status, other managers' fields) are not drift.
 pub fn drift(applied: &Value, live: &Value) -> Option<String> {
-    let Value::Object(applied) = applied else {
-        return None;
-    };
-    for (key, want) in applied {
-        let found = live.get(key).unwrap_or(&Value::Null);
-        let path = key.clone();
-        let differs = match key.as_str() {
-            "status" | "apiVersion" | "kind" => None,
-            "metadata" => ["labels", "annotations"].iter().find_map(|part| {
-                let want = want.get(part)?;
-                subset(
-                    want,
-                    found.get(part).unwrap_or(&Value::Null),
-                    format!("metadata.{part}"),
-                )
-            }),
-            _ => subset(want, found, path),
-        };
-        if differs.is_some() {
-            return differs;
-        }
-    }
-    None
+    differences(applied, live)
+        .into_iter()
+        .next()
+        .map(|d| d.path)
 }
 
-fn subset(want: &Value, found: &Value, path: String) -> Option<String> {
-    match (want, found) {
-        (Value::Object(want), Value::Object(found)) => want.iter().find_map(|(k, w)| {
-            subset(
-                w,
-                found.get(k).unwrap_or(&Value::Null),
-                format!("{path}.{k}"),
-            )
-        }),
-        (Value::Array(want), Value::Array(found)) if want.len() == found.len() => want
-            .iter()
-            .zip(found)
-            .enumerate()
-            .find_map(|(i, (w, f))| subset(w, f, format!("{path}[{i}]"))),
-        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
-        // An empty value written is the same as one left out.
-        (Value::Null, Value::Null) => None,
-        (Value::Object(o), Value::Null) if o.is_empty() => None,
-        (Value::Array(a), Value::Null) if a.is_empty() => None,
-        (a, b) if a == b => None,
-        _ => Some(path),
+/// One field whose live value is not the one applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    pub path: String,
+    pub live: Value,
+    pub wanted: Value,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            Value::Null => "not set".to_owned(),
+            other => other.to_string(),
+        };
+        write!(
+            f,
+            "{}: {} live, {} wanted",
+            self.path,
+            shown(&self.live),
+            shown(&self.wanted)
+        )
     }
+}
+
+/// Every field where the live object differs from `applied`: the drift
+/// check's comparison, which adoption also makes (on the object without
+/// Vergence's marks) to decide whether an object someone else made already
+/// is what the manifests describe.
+pub fn differences(applied: &Value, live: &Value) -> Vec<Difference> {
+    let mut found = Vec::new();
+    let Value::Object(applied) = applied else {
+        return found;
+    };
+    for (key, want) in applied {
+        let have = live.get(key).unwrap_or(&Value::Null);
+        match key.as_str() {
+            "status" | "apiVersion" | "kind" => {}
+            "metadata" => {
+                for part in ["labels", "annotations"] {
+                    if let Some(want) = want.get(part) {
+                        subset(
+                            want,
+                            have.get(part).unwrap_or(&Value::Null),
+                            format!("metadata.{part}"),
+                            &mut found,
+                        );
+                    }
+                }
+            }
+            _ => subset(want, have, key.clone(), &mut found),
+        }
+    }
+    found
+}
+
+fn subset(want: &Value, found: &Value, path: String, into: &mut Vec<Difference>) {
+    match (want, found) {
+        (Value::Object(want), Value::Object(found)) => {
+            for (k, w) in want {
+                subset(
+                    w,
+                    found.get(k).unwrap_or(&Value::Null),
+                    format!("{path}.{k}"),
+                    into,
+                );
+            }
+        }
+        (Value::Array(want), Value::Array(found)) if want.len() == found.len() => {
+            for (i, (w, f)) in want.iter().zip(found).enumerate() {
+                subset(w, f, format!("{path}[{i}]"), into);
+            }
+        }
+        (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => {}
+        // An empty value written is the same as one left out.
+        (Value::Null, Value::Null) => {}
+        (Value::Object(o), Value::Null) if o.is_empty() => {}
+        (Value::Array(a), Value::Null) if a.is_empty() => {}
+        (a, b) if a == b => {}
+        _ => into.push(Difference {
+            path,
+            live: found.clone(),
+            wanted: want.clone(),
+        }),
+    }
+}
+
+/// The object as applied without Vergence's marks (the instance's labels,
+/// its service id and version annotations): what an object someone else
+/// made must already have to be adopted as it is.
+pub fn unmarked(applied: &Value, work: &KubernetesObjects) -> Value {
+    let mut object = applied.clone();
+    let part = |object: &mut Value, name: &str| {
+        object
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut(name))
+            .and_then(Value::as_object_mut)
+            .map(std::mem::take)
+    };
+    if let Some(mut labels) = part(&mut object, "labels") {
+        labels.retain(|k, _| !work.selector.contains_key(k));
+        object["metadata"]["labels"] = Value::Object(labels);
+    }
+    if let Some(mut annotations) = part(&mut object, "annotations") {
+        annotations.retain(|k, _| k != object_labels::VERSION && k != object_labels::SERVICE_ID);
+        object["metadata"]["annotations"] = Value::Object(annotations);
+    }
+    object
 }
 
 /// One object's line of the structured fetch.

@@ -326,3 +326,125 @@ async fn detect_only_records_drift_and_a_steady_state_costs_watches_not_lists() 
         "detectOnly never applies"
     );
 }
+
+/// The Deployment of `DEPLOYMENT` as someone else made it in `namespace`
+/// (no Vergence labels or annotations), running `image`.
+fn made_by_someone_else(cluster: &FakeCluster, namespace: &str, image: &str) {
+    let deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "progressDeadlineSeconds": 60,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    });
+    cluster.create("Deployment", namespace, deployment).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_someone_else_made_are_adopted_when_they_match_and_taken_over_once_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = FakeCluster::start().await.unwrap();
+    let (server, _agent) = start(dir.path(), &cluster).await;
+    // staging already runs what v1 describes; prod runs another image.
+    made_by_someone_else(&cluster, "shop-staging", "registry.example/web:1");
+    made_by_someone_else(&cluster, "shop-prod", "registry.example/web:0");
+    let generation = |namespace: &str| {
+        cluster
+            .object("Deployment", namespace, "web")
+            .unwrap()
+            .unwrap()["metadata"]["generation"]
+            .clone()
+    };
+    let staging_generation = generation("shop-staging");
+    cluster.reset_requests();
+    let app = app("1m").replace(
+        "      preconditions:\n        - releaseChannelStable: {releaseChannel: staging}\n",
+        "",
+    );
+    push(
+        &server,
+        &[
+            ("shop.yaml", &app),
+            ("web.yaml", &service("web", "remediate")),
+            ("k8s/deployment.yaml", DEPLOYMENT),
+        ],
+    )
+    .await;
+    release(&server, "web", "v1", "registry.example/web:1").await;
+
+    let prod = eventually(Duration::from_secs(60), || async {
+        let prod = instance(&server, "web", "prod").await;
+        (prod["status"] == "WAITING_APPROVAL").then_some(prod)
+    })
+    .await;
+    let reason = prod["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("waiting for approval to take over the existing Deployment shop-prod/web: spec.template.spec.containers[0].image: registry.example/web:0 live, registry.example/web:1 wanted"),
+        "{reason}"
+    );
+    eventually(Duration::from_secs(60), || async {
+        (instance(&server, "web", "staging").await["status"] == "CONVERGED").then_some(())
+    })
+    .await;
+
+    // Staging: adopted with one server-side apply of the object as it is
+    // (the marks), no rollout, and an `adopted` event in the API's list.
+    let patches = |namespace: &str| {
+        cluster.count(|r| {
+            r.method == "PATCH"
+                && r.path
+                    .contains(&format!("/namespaces/{namespace}/deployments/web"))
+        })
+    };
+    assert_eq!(patches("shop-staging"), 1, "only the marks");
+    assert_eq!(generation("shop-staging"), staging_generation, "no rollout");
+    let staging = cluster
+        .object("Deployment", "shop-staging", "web")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        staging["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "vergence"
+    );
+    assert_eq!(
+        staging["metadata"]["annotations"]["vergence.dev/version"],
+        "v1"
+    );
+    let events = server.events().await;
+    let adopted: Vec<&Value> = events.iter().filter(|e| e["type"] == "adopted").collect();
+    assert_eq!(adopted.len(), 1, "{events:#?}");
+    assert_eq!(adopted[0]["releaseChannel"], "staging");
+
+    // Prod: nothing applied until approved; then one apply.
+    assert_eq!(patches("shop-prod"), 0);
+    assert_eq!(
+        image_of(&cluster, "shop-prod").as_deref(),
+        Some("registry.example/web:0")
+    );
+    let token = server.admin_token().await;
+    let (status, answer) = server
+        .call(
+            "POST",
+            "/v1/applications/shop/services/web/release-channels/prod/approvals",
+            &token,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(60), || async {
+        (instance(&server, "web", "prod").await["status"] == "CONVERGED").then_some(())
+    })
+    .await;
+    assert_eq!(
+        image_of(&cluster, "shop-prod").as_deref(),
+        Some("registry.example/web:1")
+    );
+    assert_eq!(patches("shop-prod"), 1, "one apply");
+}
