@@ -11,6 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::*;
 use vergence_model::*;
 
+mod adoption;
 mod applying;
 mod fetching;
 mod promotion;
