@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::info;
 use vergence_model::KubernetesObjects;
-use vergence_model::adoption::{Adopt, Takeover};
+use vergence_model::adoption::{Adopt, MAX_DIFFERENCES, Takeover};
 use vergence_model::agent::protocol::{ObjectsChanged, labels};
 use vergence_model::manifests::object_labels;
 
@@ -270,7 +270,11 @@ impl Objects {
         let found = match work.adopt {
             Adopt::Approve => Found::Takeover(Takeover {
                 object: shown,
-                differences: differences.iter().map(ToString::to_string).collect(),
+                differences: differences
+                    .iter()
+                    .take(MAX_DIFFERENCES)
+                    .map(|d| vergence_model::text::clip(d.to_string(), 200))
+                    .collect(),
             }),
             Adopt::Apply => Found::Vergence,
         };

@@ -448,3 +448,43 @@ async fn objects_someone_else_made_are_adopted_when_they_match_and_taken_over_on
     );
     assert_eq!(patches("shop-prod"), 1, "one apply");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_adopt_apply_an_object_someone_else_made_is_applied_without_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = FakeCluster::start().await.unwrap();
+    let (server, _agent) = start(dir.path(), &cluster).await;
+    made_by_someone_else(&cluster, "shop-staging", "registry.example/web:0");
+    made_by_someone_else(&cluster, "shop-prod", "registry.example/web:0");
+    let app = app("1m")
+        .replace(
+            "      preconditions:\n        - releaseChannelStable: {releaseChannel: staging}\n",
+            "",
+        )
+        .replace(
+            "steadyStatePollInterval: 1m}",
+            "steadyStatePollInterval: 1m, adopt: apply}",
+        );
+    push(
+        &server,
+        &[
+            ("shop.yaml", &app),
+            ("web.yaml", &service("web", "remediate")),
+            ("k8s/deployment.yaml", DEPLOYMENT),
+        ],
+    )
+    .await;
+    release(&server, "web", "v1", "registry.example/web:1").await;
+    server.await_converged(2, Duration::from_secs(60)).await;
+    assert_eq!(
+        image_of(&cluster, "shop-prod").as_deref(),
+        Some("registry.example/web:1")
+    );
+    let events = server.events().await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "adopted" || e["to"] == "WAITING_APPROVAL"),
+        "{events:#?}"
+    );
+}

@@ -5,7 +5,15 @@
 
 use super::Decider;
 use crate::fetch::parse_output;
+use vergence_model::adoption::MAX_DIFFERENCES;
+use vergence_model::text::clip;
 use vergence_model::{EventKind, FetchMode, InFlightJob, JobResult};
+
+/// Objects to take over kept from one fetch (the rest wait for the next
+/// apply's approval all the same: it is one approval of the version).
+const MAX_TAKEOVERS: usize = 10;
+/// Characters of one difference or object name kept.
+const MAX_TEXT: usize = 300;
 
 impl Decider<'_> {
     /// Reads what a structured fetch says about objects it did not make.
@@ -28,7 +36,20 @@ impl Decider<'_> {
                 if takeover.object.is_empty() {
                     takeover.object.clone_from(&object.name);
                 }
-                takeovers.push(takeover);
+                // Kept in the instance's state and shown in its reason:
+                // bounded whatever a runtime prints.
+                takeover.object = clip(takeover.object, MAX_TEXT);
+                let more = takeover.differences.len().saturating_sub(MAX_DIFFERENCES);
+                takeover.differences.truncate(MAX_DIFFERENCES);
+                for difference in &mut takeover.differences {
+                    *difference = clip(std::mem::take(difference), MAX_TEXT);
+                }
+                if more > 0 {
+                    takeover.differences.push(format!("… and {more} more"));
+                }
+                if takeovers.len() < MAX_TAKEOVERS {
+                    takeovers.push(takeover);
+                }
             } else if object.adopted && !stale {
                 self.event(
                     EventKind::Adopted {
