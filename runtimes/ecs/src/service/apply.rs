@@ -10,7 +10,7 @@ use vergence_model::ecs::tags;
 use vergence_model::{EcsService, JobRecord};
 
 use super::wire::RequestBody;
-use super::{EcsServices, describe_service, digest, request};
+use super::{EcsServices, describe_service, digest, request, tag_resource};
 use crate::clients::EcsClients;
 use crate::error::{EcsError, describe};
 
@@ -65,7 +65,11 @@ impl EcsServices {
                     service: service.service_name.clone(),
                 });
             }
-            Some(existing) => update(&clients, service, &arn, settings, &existing).await?,
+            Some(existing) => {
+                let updated = update(&clients, service, &arn, settings, &existing).await?;
+                take_over(&clients, service, &existing).await?;
+                updated
+            }
             None => create(&clients, service, &arn, settings, job).await?,
         });
         Ok(done.join("\n"))
@@ -243,6 +247,31 @@ async fn update(
             ""
         }
     ))
+}
+
+/// A service Vergence did not create (taken over by this apply) gets the
+/// instance's tag its creates carry, so it is Vergence's from now on: a
+/// task definition changed by hand later is drift, not someone else's
+/// service. UpdateService takes no tags.
+async fn take_over(
+    clients: &EcsClients,
+    service: &EcsService,
+    existing: &Service,
+) -> Result<(), EcsError> {
+    let tagged = existing.tags().iter().any(|t| {
+        t.key() == Some(tags::SERVICE_ID) && t.value() == Some(service.service_id.as_str())
+    });
+    match existing.service_arn() {
+        Some(arn) if !tagged => {
+            tag_resource(
+                clients,
+                arn,
+                &[(tags::SERVICE_ID, service.service_id.as_str())],
+            )
+            .await
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Whether the service's PRIMARY deployment is of `arn` and failed.

@@ -6,7 +6,7 @@
 //! images is drifted; either way the engine applies again (drift
 //! remediation).
 
-use aws_sdk_ecs::types::{Deployment, DeploymentRolloutState, Service, Tag, TaskDefinitionField};
+use aws_sdk_ecs::types::{Deployment, DeploymentRolloutState, Service, TaskDefinitionField};
 use serde_json::{Value, json};
 use tracing::info;
 use vergence_model::EcsService;
@@ -14,7 +14,7 @@ use vergence_model::adoption::{self, Adopt, Takeover};
 use vergence_model::ecs::tags;
 
 use super::wire::ResponseBody;
-use super::{EcsServices, describe_service, digest};
+use super::{EcsServices, describe_service, digest, tag_resource};
 use crate::clients::EcsClients;
 use crate::error::{EcsError, describe};
 
@@ -230,30 +230,6 @@ async fn mark(
         .await?;
     }
     info!(cluster = %service.cluster, service = %service.service_name, task_definition = %arn, version = %service.version, "adopted the ECS service");
-    Ok(())
-}
-
-async fn tag_resource(
-    clients: &EcsClients,
-    arn: &str,
-    pairs: &[(&str, &str)],
-) -> Result<(), EcsError> {
-    let tags = pairs
-        .iter()
-        .map(|(key, value)| Tag::builder().key(*key).value(*value).build())
-        .collect();
-    clients
-        .ecs
-        .tag_resource()
-        .resource_arn(arn)
-        .set_tags(Some(tags))
-        .send()
-        .await
-        .map_err(|e| EcsError::TagResource {
-            resource: arn.to_owned(),
-            detail: describe(&e),
-            source: Box::new(e),
-        })?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use aws_sdk_ecs::types::{Service, ServiceField};
+use aws_sdk_ecs::types::{Service, ServiceField, Tag};
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 use tracing::{instrument, warn};
@@ -157,4 +157,29 @@ fn request(
 /// before Vergence's tags are added.
 fn digest(service: &EcsService) -> String {
     sha256_hex(service.task_definition.as_bytes())
+}
+
+/// Adds tags to an ECS resource (a service, a task definition).
+pub(super) async fn tag_resource(
+    clients: &EcsClients,
+    arn: &str,
+    pairs: &[(&str, &str)],
+) -> Result<(), EcsError> {
+    let tags = pairs
+        .iter()
+        .map(|(key, value)| Tag::builder().key(*key).value(*value).build())
+        .collect();
+    clients
+        .ecs
+        .tag_resource()
+        .resource_arn(arn)
+        .set_tags(Some(tags))
+        .send()
+        .await
+        .map_err(|e| EcsError::TagResource {
+            resource: arn.to_owned(),
+            detail: describe(&e),
+            source: Box::new(e),
+        })?;
+    Ok(())
 }

@@ -523,8 +523,26 @@ async fn a_service_someone_else_made_that_differs_is_a_takeover_unless_adopt_app
     assert_eq!(verdict, FetchVerdict::NeedsApply);
     assert_eq!(output["objects"][0]["takeover"], Value::Null, "{output}");
 
-    // One apply takes it over; it is Vergence's after that.
+    // One apply takes it over; it is Vergence's after that, the service
+    // tagged as its creates are.
     bed.apply(&v1).await;
+    let described = bed
+        .moto
+        .plain_ecs
+        .describe_services()
+        .cluster(&bed.moto.cluster)
+        .services(&bed.name)
+        .include(aws_sdk_ecs::types::ServiceField::Tags)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        described.services()[0]
+            .tags()
+            .iter()
+            .any(|t| t.key() == Some("vergence:service-id") && t.value() == Some("svc-0123456789")),
+        "{described:?}"
+    );
     let (output, verdict, summary) = bed.fetch(&v1).await;
     assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
     assert_eq!(output["objects"][0]["takeover"], Value::Null);
