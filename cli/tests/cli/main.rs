@@ -21,6 +21,7 @@ mod policies;
 mod quickstart;
 mod release_input;
 mod reliability;
+mod runtime_interface;
 mod scale;
 mod secrets;
 mod serve;
