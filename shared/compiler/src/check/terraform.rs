@@ -143,7 +143,7 @@ impl<'a> Checker<'a> {
         );
         let (runner, kind) = self.terraform_runner(source, &root, doc, tf);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
-        let module = self.terraform_module_of(source, &path, tf, kind, &doc.name.to_string());
+        let module = self.terraform_module_of(source, &path, tf, kind, doc.name.as_ref());
         let written = [("module", &tf.module), ("path", &tf.path)]
             .into_iter()
             .find_map(|(key, raw)| Some((path.key(key), raw.as_deref()?)));
