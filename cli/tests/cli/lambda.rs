@@ -120,6 +120,22 @@ fn the_lambda_runner_block_refuses_unknown_keys_an_image_and_a_missing_function(
         "{run}"
     );
     assert!(run.stderr.contains("remove image"), "{run}");
+    let with_secret = runtime_on_lambda("    lambda: {function: deployer}", "")
+        .replace(
+            "---\napplication:",
+            "  parameters:\n    - name: token\n      secret: {}\n---\napplication:",
+        )
+        .replace(
+            "  runtime: fn\n",
+            "  runtime: fn\n  custom:\n    parameterValues:\n      - name: token\n        secret: {fromEnv: TOKEN}\n",
+        );
+    let run = validate(&with_secret);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        run.stderr
+            .contains("the lambda runner, which reads no secret sources"),
+        "{run}"
+    );
 }
 
 /// The YAML blocks of docs/runners/lambda.md under its "Example" heading.

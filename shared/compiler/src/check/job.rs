@@ -72,7 +72,7 @@ impl Checker<'_> {
         self.check_program(source, &program_path, program, input.runner);
         if input.runner == RunnerKind::Lambda && input.timeout > LambdaRunnerSpec::MAX_TIMEOUT {
             let message = format!(
-                "timeout {} is longer than a Lambda invocation can run (15 minutes): \
+                "timeout {:#} is longer than a Lambda invocation can run (15 minutes): \
                  shorten it, or run {} on the ecs or cloudRun runner, which have no such limit",
                 input.timeout, input.owner
             );
