@@ -358,3 +358,46 @@ fn a_custom_runtime_on_the_lambda_runner_converges_and_a_failing_apply_reports_i
     );
     assert_eq!(project.read("deployed.txt"), "v1\n");
 }
+
+#[test]
+fn without_an_artifact_bucket_a_lambda_job_does_not_start_and_says_to_give_one() {
+    let project = Project::empty();
+    project.write(
+        "config.yaml",
+        &runtime_on_lambda("    lambda: {function: deployer, region: us-east-1}", "")
+            .replace("cmd: [./deploy.sh]", "cmd: [sh, -c, 'exit 0']"),
+    );
+    assert_eq!(project.vergence(&["release", "web", "v1"]).code, 0);
+    // Nothing answers here: the job must fail before any call to AWS.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let child = Command::new(vergence_bin())
+        .args(["up", "--config"])
+        .arg(project.path())
+        .current_dir(project.path())
+        .env_remove("VERGENCE_ARTIFACT_BUCKET")
+        .env("AWS_ENDPOINT_URL", &nowhere)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = finish(child, Duration::from_secs(120), "vergence up");
+    let web = project.instance("web", "staging");
+    assert_eq!(web["status"], "FAILED", "{run}");
+    assert!(
+        web["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the lambda runner needs an S3 artifact bucket"),
+        "{web}"
+    );
+    assert!(
+        web["reason"]
+            .as_str()
+            .unwrap()
+            .contains("--artifact-bucket"),
+        "{web}"
+    );
+}

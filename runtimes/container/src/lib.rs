@@ -179,15 +179,6 @@ pub async fn environment(
     Ok(env)
 }
 
-/// The URL the wrapper uploads the job's [`WrapperResult`] to.
-pub async fn result_url(
-    job: &JobRecord,
-    artifacts: &dyn ArtifactStore,
-    url_ttl: SignedDuration,
-) -> Result<String, String> {
-    url(artifacts, &result_key(&job.id), UrlAccess::Write, url_ttl).await
-}
-
 /// What a container runner starts.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Launch {

@@ -31,7 +31,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use tracing::{info, instrument};
 use vergence_container::{Ended, PlatformLogs, WrapperResult};
-use vergence_model::ports::{ArtifactStore, JobProgress, Runner};
+use vergence_model::ports::{ArtifactStore, JobProgress, Runner, UrlAccess};
 use vergence_model::{JobHandle, JobRecord, JobResult, LambdaRunnerSpec, RunnerSpec};
 
 /// Lambda queues asynchronous invocations of at most this many bytes.
@@ -57,6 +57,11 @@ pub enum LambdaError {
 
     #[error("{message}")]
     Launch { message: String },
+
+    #[error(
+        "the lambda runner needs an S3 artifact bucket: the function reports each job's result through it (give `vergence up` or `vergence serve` --artifact-bucket BUCKET)"
+    )]
+    NoUrls,
 
     #[error(
         "secret variable {variable} comes from {origin}, which the lambda runner cannot hand to a function; set it in the function's own configuration (environment, or read it from the secret store in the command)"
@@ -225,16 +230,23 @@ impl LambdaRunner {
             });
         }
         let ttl = job.spec.timeout.saturating_add(self.settings.url_margin);
+        // The function reports through this URL: without one, nothing
+        // would ever say how the job ended.
+        let result_url = self
+            .artifacts
+            .presign(
+                &vergence_container::result_key(&job.id),
+                UrlAccess::Write,
+                ttl,
+            )
+            .await
+            .map_err(artifacts)?
+            .ok_or(LambdaError::NoUrls)?;
         let launch = |message| LambdaError::Launch { message };
         let mut env = vergence_container::environment(job, self.artifacts.as_ref(), ttl)
             .await
             .map_err(launch)?;
-        env.insert(
-            vergence_container::env::RESULT_URL.to_owned(),
-            vergence_container::result_url(job, self.artifacts.as_ref(), ttl)
-                .await
-                .map_err(launch)?,
-        );
+        env.insert(vergence_container::env::RESULT_URL.to_owned(), result_url);
         let payload = json!({
             "vergenceJob": {
                 "id": job.id.as_str(),
