@@ -12,6 +12,7 @@ mod commands;
 mod common;
 mod config_files;
 mod features;
+mod lambda;
 mod limits;
 mod notifications;
 mod papercuts;
