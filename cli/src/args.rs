@@ -282,8 +282,9 @@ pub struct RunnerArgs {
         value_name = "ENGINE"
     )]
     pub container_engine: ContainerEngine,
-    /// S3 bucket where jobs on ECS and Cloud Run hand files (plans) to the
-    /// next job; without one, such jobs cannot have files.
+    /// S3 bucket where jobs on ECS, Cloud Run and Lambda hand files (plans)
+    /// to the next job, and where Lambda jobs report how they ended; without
+    /// one, such jobs cannot have files and Lambda jobs cannot run.
     #[arg(
         long,
         env = "VERGENCE_ARTIFACT_BUCKET",

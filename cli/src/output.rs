@@ -247,7 +247,7 @@ pub fn scope_list(scopes: &[Scope]) -> String {
         .join(", ")
 }
 
-/// Details for one service: the getInfo outputs and pending plan of each
+/// Details for one service: what getInfo reported and the pending plan of each
 /// instance, under the status table. `plan_texts` holds the plan files
 /// that are text, where they could be read; others are shown by name, size
 /// and digest.
@@ -257,7 +257,11 @@ pub fn instance_details(
     plan_texts: &PlanTexts,
 ) -> std::io::Result<()> {
     for view in views {
-        if view.plan.is_none() && view.info.is_empty() {
+        if view.plan.is_none()
+            && view.info.is_empty()
+            && view.info_text.is_none()
+            && view.info_failure.is_none()
+        {
             continue;
         }
         let key = InstanceKey::new(
@@ -266,6 +270,9 @@ pub fn instance_details(
             view.release_channel.clone(),
         );
         writeln!(out, "\n{key}:")?;
+        if let Some(failure) = &view.info_failure {
+            writeln!(out, "  {}", terminal_lines(failure, "    "))?;
+        }
         for info in &view.info {
             writeln!(
                 out,
@@ -273,6 +280,11 @@ pub fn instance_details(
                 terminal_line(&info.name),
                 terminal_lines(&info.text, "    ")
             )?;
+        }
+        // Freeform info, as printed: every line indented under a heading,
+        // so no line of it can pass for one of Vergence's own.
+        if let Some(text) = &view.info_text {
+            writeln!(out, "  info:\n    {}", terminal_lines(text, "    "))?;
         }
         let Some(plan) = &view.plan else {
             continue;

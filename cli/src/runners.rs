@@ -1,6 +1,7 @@
 //! The runners `vergence up` and `vergence serve` hand jobs to: local
-//! processes (or containers) on this machine, and ECS tasks and Cloud Run
-//! executions started with the caller's own credentials (the AWS SDK's
+//! processes (or containers) on this machine, and ECS tasks, Lambda
+//! invocations and Cloud Run executions started with the caller's own
+//! credentials (the AWS SDK's
 //! default chain; Google's application-default credentials); and the
 //! first-class ECS runtime's API calls, made from this process with the
 //! same AWS credentials.
@@ -60,7 +61,8 @@ pub fn left_out(feature: &str, what: &str) -> String {
 mod aws {
     use super::*;
 
-    /// ECS tasks, and the first-class ECS runtime's API calls.
+    /// ECS tasks and Lambda invocations, and the first-class ECS
+    /// runtime's API calls.
     pub fn route(
         router: RunnerRouter,
         args: &RunnerArgs,
@@ -84,6 +86,23 @@ mod aws {
             })
         });
         let bucket = args.artifact_bucket.clone();
+        let files = artifacts.clone();
+        let invocations = Lazy::new(RunnerKind::Lambda, move || {
+            let (bucket, artifacts) = (bucket.clone(), files.clone());
+            Box::pin(async move {
+                let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                let artifacts = with_bucket(&aws, bucket, artifacts);
+                let runner = vergence_runner_lambda::LambdaRunner::new(
+                    aws_sdk_lambda::Client::new(&aws),
+                    artifacts,
+                    vergence_runner_lambda::LambdaSettings::default(),
+                );
+                Ok(Arc::new(runner) as Arc<dyn Runner>)
+            })
+        });
+        let bucket = args.artifact_bucket.clone();
         let tasks = Lazy::new(RunnerKind::Ecs, move || {
             let (bucket, artifacts) = (bucket.clone(), artifacts.clone());
             Box::pin(async move {
@@ -104,6 +123,7 @@ mod aws {
         });
         router
             .with(RunnerKind::Ecs, Arc::new(tasks))
+            .with(RunnerKind::Lambda, Arc::new(invocations))
             .with_builtin(BuiltinPlatform::Ecs, Arc::new(services))
     }
 
@@ -144,7 +164,8 @@ mod aws {
 mod aws {
     use super::*;
 
-    /// No ECS: its jobs, task or first-class runtime, wait saying why.
+    /// No ECS and no Lambda: their jobs, task, invocation or first-class
+    /// runtime, wait saying why.
     pub fn route(
         router: RunnerRouter,
         _: &RunnerArgs,
@@ -152,10 +173,16 @@ mod aws {
         _: Arc<dyn JobResultSink>,
     ) -> RunnerRouter {
         let why = left_out("aws", "runs ECS jobs");
-        router.without(RunnerKind::Ecs, why.clone()).with_builtin(
-            BuiltinPlatform::Ecs,
-            Arc::new(Lazy::never(RunnerKind::Ecs, why)),
-        )
+        router
+            .without(RunnerKind::Ecs, why.clone())
+            .without(
+                RunnerKind::Lambda,
+                left_out("aws", "runs jobs as Lambda invocations"),
+            )
+            .with_builtin(
+                BuiltinPlatform::Ecs,
+                Arc::new(Lazy::never(RunnerKind::Ecs, why)),
+            )
     }
 
     /// There is no bucket: the argument parser refuses one in this build,

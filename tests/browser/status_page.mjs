@@ -153,6 +153,19 @@ try {
   check(summary.includes(`current ${release}`) && !summary.includes('null'), `instance summary: ${summary}`);
   await page.locator('#instance-events li[data-type=approvalRecorded]').waitFor();
 
+  // What web's getInfo printed, as printed: its link a link that opens
+  // apart from the page, its markup text.
+  const link = page.locator('#info pre a');
+  await link.waitFor({ timeout: CONVERGE_MS });
+  const console_ = `https://console.example.com/services/${web}?env=prod`;
+  check((await link.getAttribute('href')) === console_, `info link: ${await link.getAttribute('href')}`);
+  check((await link.textContent()) === console_, `info link text: ${await link.textContent()}`);
+  check((await link.getAttribute('rel')) === 'noopener noreferrer nofollow', 'the link opens apart from the page');
+  check((await page.locator('#info pre a').count()) === 1, 'only the http(s) URL is a link');
+  check((await page.locator('#info b, #info img').count()) === 0, 'markup in info is not markup');
+  const info = await page.locator('#info pre').textContent();
+  check(info.includes(`Console: ${console_}.\n<b>not bold</b> <img src=x onerror=alert(1)>`), `info as printed: ${info}`);
+
   // Pause and resume from the instance page, checked in the API.
   await page.click('#pause');
   await page.locator('#resume:not([hidden])').waitFor();

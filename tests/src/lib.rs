@@ -199,6 +199,7 @@ impl Harness {
                 None => aws_sdk_ecs::Client::new(&sdk_config(sqs_url).await),
             },
             logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
+            lambda: aws_sdk_lambda::Client::new(&sdk_config(sqs_url).await),
         };
         let config = DeploymentConfig {
             table,

@@ -67,6 +67,25 @@ fn an_operator_approves_prod_in_the_status_page_and_watches_it_converge() {
         "# - manualApproval: {name: prod-gate}",
         "- manualApproval: {name: prod-gate}",
     );
+    // web's runtime reports a console link as getInfo prints it, with
+    // markup in it that the page must show as text.
+    project.write(
+        "scripts/info.sh",
+        "#!/bin/sh\necho \"Console: https://console.example.com/services/$SERVICE?env=$VERGENCE_RELEASE_CHANNEL.\"\necho '<b>not bold</b> <img src=x onerror=alert(1)> javascript:alert(2)'\n",
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            project.file("scripts/info.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    project.replace(
+        "runtimes.yaml",
+        "  fetch:\n    mode: structured\n",
+        "  getInfo:\n    taskConfig:\n      program:\n        cmd: [./scripts/info.sh]\n        env:\n          SERVICE: \"{{.Params.service}}\"\n  fetch:\n    mode: structured\n",
+    );
     let server = Server::start(&project, &[]);
     let admin = create_token(&project, &["admin"]);
     let pushed = remote(

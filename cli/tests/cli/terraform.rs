@@ -434,3 +434,36 @@ fn a_state_changed_after_the_approval_makes_the_plan_stale_and_asks_again() {
     assert_eq!(state_image(&project), "v1");
     let _ = server.stop();
 }
+
+/// `module: modules/site` (no `./`) would validate and then fail every
+/// fetch with Terraform's "Invalid module source address": validate says
+/// how to write the directory beside the config, and a bare word is never
+/// a source.
+#[test]
+fn validate_says_to_write_a_module_directory_with_dot_slash() {
+    let project = example();
+    project.replace(
+        "vergence.yaml",
+        "module: ./modules/site",
+        "module: modules/site",
+    );
+    let run = project.vergence(&["validate"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        run.stderr.contains(
+            "runtime.terraform.module: runtime terraform: \"modules/site\" is not a module source Terraform reads; the directory modules/site of the config is written \"./modules/site\""
+        ),
+        "{run}"
+    );
+    std::fs::rename(project.file("modules/site"), project.file("site")).unwrap();
+    project.replace("vergence.yaml", "module: modules/site", "module: site");
+    let run = project.vergence(&["validate"]);
+    assert_eq!(run.code, 1, "{run}");
+    assert!(
+        run.stderr.contains("\"site\" is not a module source Terraform reads; the directory site of the config is written \"./site\""),
+        "{run}"
+    );
+    project.replace("vergence.yaml", "module: site", "module: ./site");
+    let run = project.vergence(&["validate"]);
+    assert_eq!(run.code, 0, "{run}");
+}

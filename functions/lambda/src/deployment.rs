@@ -12,6 +12,7 @@ use vergence_model::notification::SecretReader;
 use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
 use vergence_runner_cloud_run::{CloudRunClients, CloudRunRunner, CloudRunSettings};
 use vergence_runner_ecs::{EcsClients, EcsRunner, EcsSettings};
+use vergence_runner_lambda::{LambdaRunner, LambdaSettings};
 
 use crate::LambdaError;
 
@@ -67,6 +68,8 @@ pub struct AwsClients {
     /// ECS and CloudWatch Logs, for jobs of `runner: ecs` runtimes.
     pub ecs: aws_sdk_ecs::Client,
     pub logs: aws_sdk_cloudwatchlogs::Client,
+    /// Lambda, for jobs of `runner: lambda` runtimes (Invoke).
+    pub lambda: aws_sdk_lambda::Client,
 }
 
 impl AwsClients {
@@ -82,6 +85,7 @@ impl AwsClients {
             s3: aws_sdk_s3::Client::from_conf(s3),
             ecs: aws_sdk_ecs::Client::new(sdk),
             logs: aws_sdk_cloudwatchlogs::Client::new(sdk),
+            lambda: aws_sdk_lambda::Client::new(sdk),
         }
     }
 }
@@ -100,6 +104,8 @@ pub struct Deployment {
     pub ecs: Arc<EcsRunner>,
     /// The ECS clients, for the first-class ECS runtime's calls.
     pub ecs_clients: EcsClients,
+    /// Invocations of the users' functions, for `runner: lambda` jobs.
+    pub lambda: Arc<LambdaRunner>,
     /// The Cloud Run runner, or why this deployment has none.
     pub cloud_run: Result<Arc<CloudRunRunner>, String>,
     /// Reads the SSM parameters and Secrets Manager secrets notifications
@@ -184,6 +190,8 @@ impl Deployment {
             artifacts.clone(),
             EcsSettings::default(),
         );
+        let lambda =
+            LambdaRunner::new(clients.lambda, artifacts.clone(), LambdaSettings::default());
         Self {
             store: Arc::new(DynamoStore::new(clients.dynamodb, config.table.clone())),
             queue: Arc::new(
@@ -194,6 +202,7 @@ impl Deployment {
             config,
             ecs: Arc::new(ecs),
             ecs_clients,
+            lambda: Arc::new(lambda),
             cloud_run: Err(no_google_credentials()),
             // Clients of the standard AWS environment, made when a
             // notification first reads a secret from AWS.

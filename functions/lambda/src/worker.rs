@@ -187,6 +187,7 @@ impl Worker {
         let mut runners = RunnerRouter::new("the worker function")
             .with(RunnerKind::Local, runner)
             .with(RunnerKind::Ecs, self.deployment.ecs.clone())
+            .with(RunnerKind::Lambda, self.deployment.lambda.clone())
             .with(RunnerKind::Kubernetes, Arc::new(agents))
             .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services));
         runners = match &self.deployment.cloud_run {

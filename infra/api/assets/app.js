@@ -287,6 +287,48 @@
 
   // ---- one instance: explain, jobs, events, actions ----------------------
 
+  /**
+   * Text with each http(s) URL in it as a link. The text stays text (never
+   * markup); a link is made only of what the URL parser reads as an
+   * absolute http: or https: URL (never javascript: or data:), and opens
+   * in a new tab without access to this page or its address.
+   */
+  function linked(text) {
+    const parts = [];
+    const url = /https?:\/\/[^\s<>"'`]+/g;
+    let last = 0;
+    let m;
+    while ((m = url.exec(text)) !== null) {
+      // Punctuation that ends a sentence is not part of the link.
+      const written = m[0].replace(/[.,;:!?)\]}]+$/, '');
+      let href = null;
+      try {
+        const parsed = new URL(written);
+        if (parsed.protocol === 'http:' || parsed.protocol === 'https:') href = parsed.href;
+      } catch (_) {
+        // Not a URL after all: shown as text.
+      }
+      parts.push(text.slice(last, m.index));
+      parts.push(href ? el('a', { href, target: '_blank', rel: 'noopener noreferrer nofollow' }, written) : written);
+      last = m.index + written.length;
+      url.lastIndex = Math.max(last, m.index + 1);
+    }
+    parts.push(text.slice(last));
+    return parts;
+  }
+
+  /** What getInfo reported: its failure, its outputs, or what it printed. */
+  function drawInfo(i) {
+    const parts = [];
+    if (i.infoFailure) parts.push(el('p', { class: 'error' }, i.infoFailure));
+    if (i.info && i.info.length) {
+      parts.push(el('dl', {}, i.info.flatMap((o) => [el('dt', {}, o.name), el('dd', {}, linked(o.text))])));
+    }
+    if (typeof i.infoText === 'string') parts.push(el('pre', { class: 'info-text' }, linked(i.infoText)));
+    if (parts.length === 0) parts.push(el('p', { class: 'empty' }, 'getInfo has reported nothing.'));
+    $('info').replaceChildren(...parts);
+  }
+
   async function refreshInstance(r) {
     const query = `service=${seg(r.service)}&releaseChannel=${seg(r.channel)}&limit=${EVENTS_SHOWN}`;
     const [detail, events] = await Promise.all([
@@ -310,6 +352,7 @@
         d.running ? el('span', { class: 'status run' }, `running ${d.running.kind} of ${d.running.version} since ${when(d.running.since)}`) : null,
       ].filter(Boolean),
     );
+    drawInfo(i);
     $('explain').textContent = d.explain.join('\n');
     $('jobs').replaceChildren(
       ...(d.lastJobs.length

@@ -31,6 +31,10 @@ pub mod env {
     pub const STDOUT_URL: &str = "VERGENCE_STDOUT_URL";
     /// URL to PUT the command's standard error to.
     pub const STDERR_URL: &str = "VERGENCE_STDERR_URL";
+    /// URL to PUT how the command ended to (JSON, [`super::WrapperResult`]),
+    /// after everything else: set by runners whose platform does not say
+    /// (the Lambda runner's asynchronous invocations).
+    pub const RESULT_URL: &str = "VERGENCE_RESULT_URL";
 }
 
 /// Where inputs and outputs are inside a container.
@@ -56,6 +60,123 @@ impl Stream {
 /// Where the wrapper uploads a job's stream.
 pub fn stream_key(job: &JobId, stream: Stream) -> String {
     format!("jobs/{job}/{}", stream.name())
+}
+
+/// Where the wrapper uploads how a job ended, when asked to.
+pub fn result_key(job: &JobId) -> String {
+    format!("jobs/{job}/result")
+}
+
+/// How the command ended, as `vergence-wrapper` uploads it to
+/// [`env::RESULT_URL`]: `{"exitCode": 0, "durationMs": 1200,
+/// "finishedAtMs": 1790000000000}`, with `"timedOut": true` when the
+/// wrapper stopped the command because the invocation's own deadline was
+/// near, and `"error"` when an upload failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrapperResult {
+    pub exit_code: i32,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    /// When the command ended, by the function's clock.
+    pub finished_at: Option<Timestamp>,
+    /// What went wrong in the wrapper itself (an upload), if anything.
+    pub error: Option<String>,
+}
+
+impl WrapperResult {
+    /// Reads the wrapper's JSON; a sentence saying what is wrong otherwise.
+    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| format!("the wrapper's result is not JSON ({e})"))?;
+        let exit_code = value
+            .get("exitCode")
+            .and_then(serde_json::Value::as_i64)
+            .and_then(|c| i32::try_from(c).ok())
+            .ok_or_else(|| "the wrapper's result has no exitCode".to_owned())?;
+        Ok(Self {
+            exit_code,
+            duration_ms: value
+                .get("durationMs")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
+            timed_out: value
+                .get("timedOut")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            finished_at: value
+                .get("finishedAtMs")
+                .and_then(serde_json::Value::as_i64)
+                .and_then(|ms| Timestamp::from_millisecond(ms).ok()),
+            error: value
+                .get("error")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// The environment a job's command gets in a container or function: its
+/// own variables, the context variables under both prefixes, the input and
+/// output directories, and the URLs of its files and streams (valid for
+/// `url_ttl`). Fails with a sentence when files must be handed over and
+/// the store cannot make URLs.
+pub async fn environment(
+    job: &JobRecord,
+    artifacts: &dyn ArtifactStore,
+    url_ttl: SignedDuration,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut env: BTreeMap<String, String> = job.spec.env.clone();
+    env.extend(job.context_env());
+    env.insert(env::INPUT_DIR.into(), CONTAINER_INPUT_DIR.into());
+    env.insert(env::OUTPUT_DIR.into(), CONTAINER_OUTPUT_DIR.into());
+    let mut inputs = serde_json::Map::new();
+    for input in &job.inputs {
+        let url = url(artifacts, &input.key, UrlAccess::Read, url_ttl).await?;
+        inputs.insert(input.name.clone(), url.into());
+    }
+    let mut outputs = serde_json::Map::new();
+    for name in &job.spec.outputs {
+        let key = Artifact::output_key(&job.id, name);
+        outputs.insert(
+            name.clone(),
+            url(artifacts, &key, UrlAccess::Write, url_ttl)
+                .await?
+                .into(),
+        );
+    }
+    if !inputs.is_empty() {
+        env.insert(
+            env::INPUT_URLS.into(),
+            serde_json::Value::Object(inputs).to_string(),
+        );
+    }
+    if !outputs.is_empty() {
+        env.insert(
+            env::OUTPUT_URLS.into(),
+            serde_json::Value::Object(outputs).to_string(),
+        );
+    }
+    // Exact streams when the image runs vergence-wrapper; harmless when
+    // it does not.
+    for (var, stream) in [
+        (env::STDOUT_URL, Stream::Stdout),
+        (env::STDERR_URL, Stream::Stderr),
+    ] {
+        let key = stream_key(&job.id, stream);
+        if let Some(url) = artifacts
+            .presign(&key, UrlAccess::Write, url_ttl)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot make an upload URL for the job's {}: {e}",
+                    stream.name()
+                )
+            })?
+        {
+            env.insert(var.into(), url);
+        }
+    }
+    Ok(env)
 }
 
 /// What a container runner starts.
@@ -99,57 +220,7 @@ impl Launch {
                 job.spec.runner.name()
             )
         })?;
-        let mut env: BTreeMap<String, String> = job.spec.env.clone();
-        env.extend(job.context_env());
-        env.insert(env::INPUT_DIR.into(), CONTAINER_INPUT_DIR.into());
-        env.insert(env::OUTPUT_DIR.into(), CONTAINER_OUTPUT_DIR.into());
-        let mut inputs = serde_json::Map::new();
-        for input in &job.inputs {
-            let url = url(artifacts, &input.key, UrlAccess::Read, url_ttl).await?;
-            inputs.insert(input.name.clone(), url.into());
-        }
-        let mut outputs = serde_json::Map::new();
-        for name in &job.spec.outputs {
-            let key = Artifact::output_key(&job.id, name);
-            outputs.insert(
-                name.clone(),
-                url(artifacts, &key, UrlAccess::Write, url_ttl)
-                    .await?
-                    .into(),
-            );
-        }
-        if !inputs.is_empty() {
-            env.insert(
-                env::INPUT_URLS.into(),
-                serde_json::Value::Object(inputs).to_string(),
-            );
-        }
-        if !outputs.is_empty() {
-            env.insert(
-                env::OUTPUT_URLS.into(),
-                serde_json::Value::Object(outputs).to_string(),
-            );
-        }
-        // Exact streams when the image runs vergence-wrapper; harmless when
-        // it does not.
-        for (var, stream) in [
-            (env::STDOUT_URL, Stream::Stdout),
-            (env::STDERR_URL, Stream::Stderr),
-        ] {
-            let key = stream_key(&job.id, stream);
-            if let Some(url) = artifacts
-                .presign(&key, UrlAccess::Write, url_ttl)
-                .await
-                .map_err(|e| {
-                    format!(
-                        "cannot make an upload URL for the job's {}: {e}",
-                        stream.name()
-                    )
-                })?
-            {
-                env.insert(var.into(), url);
-            }
-        }
+        let env = environment(job, artifacts, url_ttl).await?;
         Ok(Self {
             image,
             command: job.spec.cmd.clone(),

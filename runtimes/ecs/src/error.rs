@@ -3,6 +3,7 @@
 //! service, task definition family, log stream); at the `Runner` port it becomes
 //! `vergence_model::Error::Runner { runner: "ecs", .. }`.
 
+use aws_sdk_ecs::config::http::HttpResponse;
 use aws_sdk_ecs::error::{
     BoxError, BuildError, DisplayErrorContext, ProvideErrorMetadata, SdkError,
 };
@@ -195,20 +196,47 @@ pub enum EcsError {
 }
 
 /// What an SDK error says, in one line: the service's code and message, or
-/// the whole chain for failures that never reached the service.
-pub(crate) fn describe<E, R>(error: &SdkError<E, R>) -> String
+/// the whole chain for failures that never reached the service. An answer
+/// without an AWS error message (a proxy's or load balancer's 502 page) is
+/// told by its HTTP status and the start of its body.
+pub(crate) fn describe<E>(error: &SdkError<E, HttpResponse>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
 {
     match error.as_service_error() {
-        Some(service) => format!(
-            "{}: {}",
-            service.code().unwrap_or("error"),
-            service.message().unwrap_or("(no message)")
-        ),
+        Some(service) => {
+            let code = service.code().unwrap_or("error");
+            match service.message().filter(|m| !m.trim().is_empty()) {
+                Some(message) => format!("{code}: {message}"),
+                None => match error.raw_response() {
+                    Some(response) => format!("{code}: {}", http_answer(response)),
+                    None => format!("{code}: (no message)"),
+                },
+            }
+        }
         None => DisplayErrorContext(error).to_string(),
     }
+}
+
+/// How much of an answer's body an error quotes.
+const BODY_QUOTED: usize = 200;
+
+/// An HTTP answer without an AWS error message, for an error's line: its
+/// status and the first [`BODY_QUOTED`] bytes of its body, quoted with
+/// control characters escaped (an HTML page's line ends too).
+fn http_answer(response: &HttpResponse) -> String {
+    let status = response.status().as_u16();
+    let body = response.body().bytes().unwrap_or_default();
+    if body.is_empty() {
+        return format!("HTTP {status} without an error message, and an empty body");
+    }
+    let head = String::from_utf8_lossy(&body[..body.len().min(BODY_QUOTED)]);
+    let more = if body.len() > BODY_QUOTED {
+        format!(" (first {BODY_QUOTED} of {} bytes)", body.len())
+    } else {
+        String::new()
+    };
+    format!("HTTP {status} without an error message; body {head:?}{more}")
 }
 
 impl EcsError {

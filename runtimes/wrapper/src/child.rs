@@ -3,6 +3,7 @@
 //! show them) while their head and tail are kept, and its end awaited —
 //! reaping any orphan handed to the wrapper on the way, as PID 1 must.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -35,16 +36,19 @@ pub struct Finished {
     pub notes: Vec<String>,
 }
 
-/// Runs `program` with `args` and waits for it.
+/// Runs `program` with `args` and waits for it; `env` is added to the
+/// wrapper's own environment (the job's, in the Lambda mode).
 pub fn run(
     program: &OsString,
     args: &[OsString],
+    env: &BTreeMap<String, String>,
     protocol: &Protocol,
     forwarding: &Forwarding,
 ) -> Finished {
     let mut command = Command::new(program);
     command
         .args(args)
+        .envs(env)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

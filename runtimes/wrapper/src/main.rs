@@ -6,11 +6,13 @@
 
 mod capture;
 mod child;
+mod lambda;
 mod protocol;
 mod results;
 mod signals;
 mod transfer;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -26,13 +28,18 @@ pub const EXIT_USAGE: u8 = 64;
 pub const EXIT_FAILED: u8 = 70;
 
 const USAGE: &str = "usage: vergence-wrapper [--] <command> [args…]
+       vergence-wrapper --lambda
 
 Downloads $VERGENCE_INPUT_URLS into $VERGENCE_INPUT_DIR, runs the command,
 then uploads the files of $VERGENCE_OUTPUT_URLS found in $VERGENCE_OUTPUT_DIR
 and the command's stdout and stderr ($VERGENCE_STDOUT_URL,
 $VERGENCE_STDERR_URL). Exits with the command's exit code (128 + the signal
 that killed it); 70 when a download or an upload failed, 64 on a bad
-command line.";
+command line.
+
+--lambda (or no arguments where $AWS_LAMBDA_RUNTIME_API is set) serves a
+Lambda function's invocations: each runs one job of Vergence's lambda
+runner and uploads how it ended to $VERGENCE_RESULT_URL.";
 
 /// What the wrapper can fail at on its own.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +60,8 @@ pub enum WrapperError {
     },
     #[error("cannot download input {name} from {reason}; the command was not run")]
     Download { name: String, reason: String },
+    #[error("{0}")]
+    Lambda(String),
     #[error("cannot upload the job's results (the command exited with {exit_code}): {}", failures.join("; "))]
     Upload {
         exit_code: u8,
@@ -73,6 +82,14 @@ fn main() -> ExitCode {
     // First, before any other thread exists (see `Forwarding::start`).
     let forwarding = Forwarding::start();
     let outcome = forwarding.and_then(|forwarding| {
+        let mut peek = std::env::args_os().skip(1);
+        let first = peek.next();
+        if lambda::wanted(
+            first.as_ref().and_then(|a| a.to_str()),
+            peek.next().is_some(),
+        ) {
+            return lambda::serve(forwarding);
+        }
         let Some((program, args)) = command_line(std::env::args_os().skip(1))? else {
             println!("{USAGE}");
             return Ok(0);
@@ -118,7 +135,7 @@ fn wrap(
         results::report_early_failure(&protocol, &transfer, &e);
         return Err(e);
     }
-    let finished = child::run(program, args, &protocol, forwarding);
+    let finished = child::run(program, args, &BTreeMap::new(), &protocol, forwarding);
     let exit_code = finished.exit_code;
     results::upload(&protocol, &transfer, finished)?;
     Ok(exit_code)

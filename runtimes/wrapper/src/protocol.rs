@@ -23,8 +23,11 @@ pub const STDOUT_URL: &str = "VERGENCE_STDOUT_URL";
 /// URL to PUT the command's standard error to.
 pub const STDERR_URL: &str = "VERGENCE_STDERR_URL";
 
+/// URL to PUT how the command ended to, last (the Lambda runner's).
+pub const RESULT_URL: &str = "VERGENCE_RESULT_URL";
+
 /// The variables holding URLs: credentials, which the command never sees.
-pub const URL_VARIABLES: [&str; 4] = [INPUT_URLS, OUTPUT_URLS, STDOUT_URL, STDERR_URL];
+pub const URL_VARIABLES: [&str; 5] = [INPUT_URLS, OUTPUT_URLS, STDOUT_URL, STDERR_URL, RESULT_URL];
 
 /// Where inputs and outputs are when the runner did not say.
 pub const DEFAULT_INPUT_DIR: &str = "/tmp/vergence/input";
@@ -47,6 +50,7 @@ pub struct Protocol {
     pub output_urls: BTreeMap<String, String>,
     pub stdout_url: Option<String>,
     pub stderr_url: Option<String>,
+    pub result_url: Option<String>,
 }
 
 impl std::fmt::Debug for Protocol {
@@ -59,6 +63,7 @@ impl std::fmt::Debug for Protocol {
             .field("outputs", &self.output_urls.keys().collect::<Vec<_>>())
             .field("stdout", &self.stdout_url.is_some())
             .field("stderr", &self.stderr_url.is_some())
+            .field("result", &self.result_url.is_some())
             .finish()
     }
 }
@@ -81,6 +86,7 @@ impl Protocol {
             output_urls,
             stdout_url: var(STDOUT_URL).filter(|url| !url.is_empty()),
             stderr_url: var(STDERR_URL).filter(|url| !url.is_empty()),
+            result_url: var(RESULT_URL).filter(|url| !url.is_empty()),
         })
     }
 }
@@ -143,6 +149,7 @@ mod tests {
         assert_eq!(OUTPUT_URLS, env::OUTPUT_URLS);
         assert_eq!(STDOUT_URL, env::STDOUT_URL);
         assert_eq!(STDERR_URL, env::STDERR_URL);
+        assert_eq!(RESULT_URL, env::RESULT_URL);
         assert_eq!(DEFAULT_INPUT_DIR, vergence_container::CONTAINER_INPUT_DIR);
         assert_eq!(DEFAULT_OUTPUT_DIR, vergence_container::CONTAINER_OUTPUT_DIR);
         assert_eq!(MAX_STDOUT, vergence_model::JobResult::MAX_STDOUT);

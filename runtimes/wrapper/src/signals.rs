@@ -34,8 +34,9 @@ enum Stage {
     Finishing,
 }
 
-/// The thread that receives the wrapper's signals, and the stage it acts on.
-#[derive(Debug)]
+/// The thread that receives the wrapper's signals, and the stage it acts
+/// on (shared by its clones).
+#[derive(Clone, Debug)]
 pub struct Forwarding {
     stage: Arc<Mutex<Stage>>,
 }
@@ -69,6 +70,22 @@ impl Forwarding {
     /// The command has ended: signals no longer go to it.
     pub fn finishing(&self) {
         self.set(Stage::Finishing);
+    }
+
+    /// Sends `signal` to the command if it is still running (not yet
+    /// reaped, so its pid is still its own); whether it was sent.
+    pub fn signal_command(&self, signal: Signal) -> bool {
+        let stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        match *stage {
+            Stage::Running(pid) => kill(pid, signal).is_ok(),
+            Stage::Preparing | Stage::Finishing => false,
+        }
+    }
+
+    /// Back to before a command: the next invocation of the Lambda mode
+    /// prepares its own.
+    pub fn preparing(&self) {
+        self.set(Stage::Preparing);
     }
 
     fn set(&self, stage: Stage) {

@@ -353,3 +353,124 @@ async fn without_a_command_it_exits_64_with_its_usage() {
         );
     }
 }
+
+/// A Lambda runtime API that hands out one invocation and records the
+/// function's answers; later `next` calls wait (as Lambda's do).
+struct RuntimeApi {
+    url: String,
+    answers: Arc<Mutex<Vec<(String, serde_json::Value)>>>,
+}
+
+impl RuntimeApi {
+    async fn start(event: serde_json::Value, deadline_ms: u128) -> Self {
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let pending = Arc::new(Mutex::new(Some(event)));
+        let next = move || {
+            let pending = Arc::clone(&pending);
+            async move {
+                let Some(event) = pending.lock().unwrap().take() else {
+                    return std::future::pending().await;
+                };
+                (
+                    [
+                        ("lambda-runtime-aws-request-id", "req-1".to_owned()),
+                        ("lambda-runtime-deadline-ms", deadline_ms.to_string()),
+                        (
+                            "lambda-runtime-invoked-function-arn",
+                            "arn:aws:lambda:us-east-1:123456789012:function:jobs".to_owned(),
+                        ),
+                    ],
+                    event.to_string(),
+                )
+            }
+        };
+        let recorded = Arc::clone(&answers);
+        let answer = move |UrlPath((id, kind)): UrlPath<(String, String)>, body: Bytes| {
+            let recorded = Arc::clone(&recorded);
+            async move {
+                let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                recorded
+                    .lock()
+                    .unwrap()
+                    .push((format!("{id}/{kind}"), body));
+                StatusCode::ACCEPTED
+            }
+        };
+        let app = Router::new()
+            .route("/2018-06-01/runtime/invocation/next", get(next))
+            .route(
+                "/2018-06-01/runtime/invocation/{id}/{kind}",
+                axum::routing::post(answer),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, answers }
+    }
+}
+
+#[tokio::test]
+async fn the_lambda_mode_runs_the_job_of_an_invocation_and_stops_it_before_the_deadline() {
+    let server = Server::start(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = serde_json::json!({
+        "PVN_SERVICE_VERSION": "v7",
+        "VERGENCE_INPUT_DIR": dir.path().join("in").display().to_string(),
+        "VERGENCE_OUTPUT_DIR": dir.path().join("out").display().to_string(),
+        "VERGENCE_STDOUT_URL": server.url("out/stdout"),
+        "VERGENCE_STDERR_URL": server.url("out/stderr"),
+        "VERGENCE_RESULT_URL": server.url("out/result"),
+    });
+    // A leftover of an earlier job in a warm sandbox's output directory.
+    std::fs::create_dir_all(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("out/stale"), "from the last job").unwrap();
+    let event = serde_json::json!({"vergenceJob": {
+        "id": "apply-1",
+        "command": ["sh", "-c", "ls \"$VERGENCE_OUTPUT_DIR\"; echo \"deploying $PVN_SERVICE_VERSION\"; echo \"url: ${VERGENCE_RESULT_URL:-hidden}\" >&2; exec sleep 60"],
+        "env": env,
+    }});
+    // 21 s ahead: the wrapper stops the command 20 s before, at once.
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 21_000;
+    let api = RuntimeApi::start(event, deadline).await;
+    let _function = bare_wrapper()
+        .arg("--lambda")
+        .env("AWS_LAMBDA_RUNTIME_API", &api.url)
+        .env("AWS_LAMBDA_FUNCTION_NAME", "jobs")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded wait for the outcome (the command would sleep 60 s).
+    let mut waited = Duration::ZERO;
+    while api.answers.lock().unwrap().is_empty() {
+        assert!(
+            waited < Duration::from_secs(30),
+            "no answer to the invocation"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    let answers = api.answers.lock().unwrap().clone();
+    let (path, response) = &answers[0];
+    // A response, never an error: Lambda would invoke a failed one again.
+    assert_eq!(path, "req-1/response", "{answers:?}");
+    assert_eq!(response["job"], "apply-1", "{response}");
+    assert_eq!(response["exitCode"], 143, "SIGTERM: {response}");
+    assert_eq!(response["timedOut"], true, "{response}");
+    let result: serde_json::Value =
+        serde_json::from_slice(&server.uploaded("result").expect("the result uploaded")).unwrap();
+    assert_eq!(result["exitCode"], 143);
+    assert_eq!(result["timedOut"], true);
+    // The job's environment reached the command, the stale file did not,
+    // and the URLs (credentials) were kept from it.
+    assert_eq!(text(&server.uploaded("stdout").unwrap()), "deploying v7\n");
+    let stderr = text(&server.uploaded("stderr").unwrap());
+    assert!(stderr.starts_with("url: hidden\n"), "{stderr}");
+    assert!(stderr.contains("killed by signal 15"), "{stderr}");
+}

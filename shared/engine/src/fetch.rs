@@ -92,8 +92,11 @@ pub struct ObjectState {
     pub object_type: Option<String>,
     #[serde(default)]
     pub versions: Vec<VersionState>,
+    /// As written: read by [`ObjectStatus::parse`], so that an unknown
+    /// value is an error naming its object rather than a parse error of
+    /// the whole output.
     #[serde(default)]
-    pub status: Option<ObjectStatus>,
+    pub status: Option<serde_json::Value>,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default, alias = "external_links")]
@@ -124,17 +127,40 @@ pub struct VersionState {
     pub drifted: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectStatus {
-    #[serde(alias = "pending", alias = "Pending")]
-    #[serde(rename = "PENDING")]
     Pending,
-    #[serde(alias = "succeeded", alias = "Succeeded")]
-    #[serde(rename = "SUCCEEDED")]
     Succeeded,
-    #[serde(alias = "failed", alias = "Failed")]
-    #[serde(rename = "FAILED")]
     Failed,
+}
+
+impl ObjectStatus {
+    /// An object's `status` as written: upper case, lower case or
+    /// capitalised. A missing status means the object reports no rollout
+    /// of its own: its versions decide, as for SUCCEEDED.
+    fn parse(written: Option<&serde_json::Value>) -> Result<Self, String> {
+        use serde_json::Value;
+        let text = match written {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.as_str()),
+            Some(other) => {
+                return Err(format!(
+                    "unknown status {} (expected PENDING, SUCCEEDED or FAILED)",
+                    vergence_model::text::clip(other.to_string(), 80)
+                ));
+            }
+        };
+        match text {
+            None => Ok(ObjectStatus::Succeeded),
+            Some("PENDING" | "pending" | "Pending") => Ok(ObjectStatus::Pending),
+            Some("SUCCEEDED" | "succeeded" | "Succeeded") => Ok(ObjectStatus::Succeeded),
+            Some("FAILED" | "failed" | "Failed") => Ok(ObjectStatus::Failed),
+            Some(other) => Err(format!(
+                "unknown status {:?} (expected PENDING, SUCCEEDED or FAILED)",
+                vergence_model::text::clip(other.to_owned(), 80)
+            )),
+        }
+    }
 }
 
 /// The fetch's JSON: all of stdout, or else its last line that is a JSON
@@ -154,8 +180,9 @@ pub(crate) fn parse_output(stdout: &str) -> Result<FetchOutput, serde_json::Erro
 }
 
 /// Converged when every object is SUCCEEDED and has exactly one active
-/// version, equal to the desired one and not drifted. A missing status is
-/// PENDING. Malformed output is an error that says what is wrong.
+/// version, equal to the desired one and not drifted. A missing status
+/// leaves it to the versions (as SUCCEEDED). Malformed output, or an
+/// unknown status, is an error that says what is wrong (and where).
 pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
     let output: FetchOutput = match parse_output(stdout) {
         Ok(output) => output,
@@ -179,6 +206,17 @@ pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
             "fetch reported no objects: nothing is deployed".to_owned(),
         );
     }
+    // An unknown status is the runtime saying something Vergence does not
+    // understand: never read as progress or success.
+    for object in &output.objects {
+        if let Err(why) = ObjectStatus::parse(object.status.as_ref()) {
+            let name = vergence_model::text::clip(object.name.clone(), 120);
+            return (
+                FetchVerdict::Error,
+                format!("fetch output: object {name:?}: {why}"),
+            );
+        }
+    }
     let mut verdict = FetchVerdict::Converged;
     let mut notes = Vec::new();
     for object in &output.objects {
@@ -198,7 +236,7 @@ pub fn structured(stdout: &str, version: &str) -> (FetchVerdict, String) {
 
 /// One object's verdict, with a note unless it runs the desired version.
 fn object_verdict(object: &ObjectState, version: &str) -> (FetchVerdict, String) {
-    let status = object.status.unwrap_or(ObjectStatus::Pending);
+    let status = ObjectStatus::parse(object.status.as_ref()).unwrap_or(ObjectStatus::Pending);
     let active: Vec<&VersionState> = object.versions.iter().filter(|v| v.active).collect();
     let message = object
         .message
@@ -279,7 +317,29 @@ mod tests {
         let out = r#"{"objects":[{"name":"a","object_type":"x","versions":[{"version":"v","active":true,"available_replicas":1}]}]}"#;
         assert_eq!(
             structured(out, "v"),
-            (FetchVerdict::InProgress, "a is rolling out v".to_owned())
+            (FetchVerdict::Converged, "all 1 object(s) run v".to_owned()),
+            "without a status, the versions decide"
+        );
+        let camel = r#"{"objects":[{"name":"a","objectType":"x","versions":[{"version":"v","active":true,"availableReplicas":1}],"status":"pending"}]}"#;
+        assert_eq!(structured(camel, "v").0, FetchVerdict::InProgress);
+        assert_eq!(
+            structured(out, "w"),
+            (FetchVerdict::NeedsApply, "a runs v (desired w)".to_owned())
+        );
+        let null = r#"{"objects":[{"name":"a","versions":[{"version":"v","active":true}],"status":null}]}"#;
+        assert_eq!(structured(null, "v").0, FetchVerdict::Converged);
+    }
+
+    #[test]
+    fn an_unknown_status_is_an_error_naming_the_object_and_the_value() {
+        let out = r#"{"objects":[{"name":"db","versions":[{"version":"v","active":true}],"status":"SUCCEEDED"},{"name":"web","versions":[{"version":"v","active":true}],"status":"DONE"}]}"#;
+        assert_eq!(
+            structured(out, "v"),
+            (
+                FetchVerdict::Error,
+                r#"fetch output: object "web": unknown status "DONE" (expected PENDING, SUCCEEDED or FAILED)"#
+                    .to_owned()
+            )
         );
     }
 

@@ -112,7 +112,7 @@ impl RunnerRouter {
                 "Kubernetes jobs run through vergence-agent, which connects to `vergence serve` or the api function"
             }
             RunnerKind::Local => "local jobs run under `vergence up` and `vergence serve`",
-            RunnerKind::Ecs | RunnerKind::CloudRun => {
+            RunnerKind::Ecs | RunnerKind::CloudRun | RunnerKind::Lambda => {
                 "this build of Vergence was made without that runner"
             }
         };

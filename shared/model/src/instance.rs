@@ -273,8 +273,17 @@ pub struct InstanceState {
     pub rollback: Option<Rollback>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_request: Option<RollbackRequest>,
+    /// getInfo's outputs when it printed the structured form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub info: Vec<InfoOutput>,
+    /// What getInfo printed otherwise (freeform), bounded by
+    /// [`crate::info_text`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_text: Option<String>,
+    /// How the last getInfo failed (`getInfo exited with 1: …`), shown
+    /// with what it printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_failure: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,6 +313,8 @@ impl InstanceState {
             rollback: None,
             rollback_request: None,
             info: Vec::new(),
+            info_text: None,
+            info_failure: None,
             info_at: None,
             plan: None,
         }

@@ -264,12 +264,38 @@ pub struct AlertState {
     pub summary: Option<String>,
 }
 
-/// One getInfo output, shown in status.
+/// One getInfo output of the structured form (`{"outputs":[{"name",
+/// "text"}]}`), shown in status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InfoOutput {
     pub name: String,
     pub text: String,
+}
+
+/// The most of getInfo's output that is kept and shown, in bytes: a
+/// console link or a summary fits many times over, and every instance's
+/// state (a DynamoDB item in a serverless deployment) carries it.
+pub const INFO_MAX: usize = 8 * 1024;
+
+/// What getInfo printed, for people: as printed without its final line
+/// end, cut to [`INFO_MAX`] bytes (on a character boundary) with a last
+/// line saying so. The runner masked secrets in it before; a cut cannot
+/// uncover one (a mask is `***`).
+pub fn info_text(printed: &str) -> String {
+    let printed = printed.trim_end_matches(['\n', '\r']);
+    if printed.len() <= INFO_MAX {
+        return printed.to_owned();
+    }
+    let mut end = INFO_MAX;
+    while !printed.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n… (getInfo printed {} bytes; the first {INFO_MAX} are shown)",
+        &printed[..end],
+        printed.len()
+    )
 }
 
 /// Files a fetch produced for the apply of the same version (a plan).
@@ -348,5 +374,30 @@ impl PlanRecord {
 
     pub fn short(&self) -> &str {
         &self.sha256[..self.sha256.len().min(12)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_is_kept_as_printed_up_to_its_bound_and_says_where_it_was_cut() {
+        assert_eq!(
+            info_text("see https://x.example\n"),
+            "see https://x.example"
+        );
+        // A multi-byte character straddles the bound: the cut goes before it.
+        let printed = format!("{}é{}", "a".repeat(INFO_MAX - 1), "b".repeat(100));
+        let kept = info_text(&printed);
+        let (head, note) = kept.split_once('\n').unwrap();
+        assert_eq!(head, "a".repeat(INFO_MAX - 1));
+        assert_eq!(
+            note,
+            format!(
+                "… (getInfo printed {} bytes; the first {INFO_MAX} are shown)",
+                printed.len()
+            )
+        );
     }
 }

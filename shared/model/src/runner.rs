@@ -23,6 +23,9 @@ pub enum RunnerSpec {
     Ecs(EcsRunnerSpec),
     /// An execution of a Cloud Run job.
     CloudRun(CloudRunRunnerSpec),
+    /// An asynchronous invocation of the user's Lambda function, which
+    /// runs the job's command in `vergence-wrapper`'s Lambda mode.
+    Lambda(LambdaRunnerSpec),
 }
 
 impl RunnerSpec {
@@ -32,6 +35,7 @@ impl RunnerSpec {
             RunnerSpec::Kubernetes(_) => RunnerKind::Kubernetes,
             RunnerSpec::Ecs(_) => RunnerKind::Ecs,
             RunnerSpec::CloudRun(_) => RunnerKind::CloudRun,
+            RunnerSpec::Lambda(_) => RunnerKind::Lambda,
         }
     }
 
@@ -123,6 +127,29 @@ pub struct CloudRunRunnerSpec {
     pub memory: Option<String>,
 }
 
+/// Invocations of a Lambda function that carries `vergence-wrapper`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LambdaRunnerSpec {
+    /// Function name, or its ARN (full or partial, with or without a
+    /// version or alias).
+    pub function: String,
+    /// Region of the function; the deployment's own region when not given
+    /// (an ARN names its own).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Version or alias invoked; the unqualified function (`$LATEST`)
+    /// when not given.
+    #[serde(default)]
+    pub qualifier: Option<String>,
+}
+
+impl LambdaRunnerSpec {
+    /// The longest a Lambda invocation runs, and so the longest timeout of
+    /// a job on this runner.
+    pub const MAX_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_mins(15);
+}
+
 /// The kinds of runner, without their settings: what a deployment has a
 /// runner for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -131,14 +158,16 @@ pub enum RunnerKind {
     Kubernetes,
     Ecs,
     CloudRun,
+    Lambda,
 }
 
 impl RunnerKind {
-    pub const ALL: [RunnerKind; 4] = [
+    pub const ALL: [RunnerKind; 5] = [
         RunnerKind::Local,
         RunnerKind::Kubernetes,
         RunnerKind::Ecs,
         RunnerKind::CloudRun,
+        RunnerKind::Lambda,
     ];
 
     /// The name used in config (`runner: {ecs: …}`) and messages.
@@ -148,6 +177,7 @@ impl RunnerKind {
             RunnerKind::Kubernetes => "kubernetes",
             RunnerKind::Ecs => "ecs",
             RunnerKind::CloudRun => "cloudRun",
+            RunnerKind::Lambda => "lambda",
         }
     }
 }

@@ -371,6 +371,7 @@ const CLOUD_SDKS: &[&str] = &[
     "vergence-lambda",
     "vergence-e2e",
     "vergence-runner-ecs",
+    "vergence-runner-lambda",
     "vergence-runner-cloud-run",
 ];
 
@@ -415,6 +416,7 @@ fn the_cli_tests_link_no_cloud_sdk() {
                     "aws_sdk_",
                     "aws_config",
                     "vergence_runner_ecs",
+                    "vergence_runner_lambda",
                 ]
                 .iter()
                 .chain(&[

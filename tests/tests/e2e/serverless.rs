@@ -169,6 +169,99 @@ async fn quickstart_converges_through_the_api_scheduler_and_worker() {
     );
 }
 
+/// The design's custom runtime example through the API, scheduler and
+/// worker: a structured fetch without status converges, and what getInfo
+/// printed (a console link, as plain text) is served by the API as printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freeform_get_info_reaches_the_api_and_a_fetch_without_status_converges() {
+    let Some((dynamodb, sqs)) = endpoints() else {
+        return;
+    };
+    let mut h = Harness::start(&dynamodb, &sqs).await;
+    // Jobs of an uploaded config run in the worker's directory: every path
+    // is absolute.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let scripts = [
+        (
+            "apply.sh",
+            format!("#!/bin/sh\nprintf '%s' \"$VERGENCE_SERVICE_VERSION\" > {root}/deployed-$VERGENCE_RELEASE_CHANNEL\n"),
+        ),
+        (
+            "fetch.sh",
+            format!("#!/bin/sh\nf={root}/deployed-$VERGENCE_RELEASE_CHANNEL\nif [ ! -f $f ]; then echo '{{\"objects\":[]}}'; exit 0; fi\nprintf '{{\"objects\": [{{\"name\": \"my-service\", \"objectType\": \"my-type\", \"versions\": [{{\"version\": \"%s\", \"active\": true}}]}}]}}\\n' \"$(cat $f)\"\n"),
+        ),
+        (
+            "info.sh",
+            "#!/bin/sh\necho \"Console: https://console.example.com/services/$VERGENCE_SERVICE?env=$VERGENCE_RELEASE_CHANNEL\"\n".to_owned(),
+        ),
+    ];
+    for (name, text) in &scripts {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = format!(
+        "application:\n  name: shop\n  releaseChannels:\n    - name: staging\n      runtimes: [{{runtime: custom}}]\n---\nruntime:\n  name: custom\n  apply: {{taskConfig: {{program: {{cmd: [{root}/apply.sh]}}}}}}\n  fetch:\n    mode: structured\n    taskConfig: {{program: {{cmd: [{root}/fetch.sh]}}}}\n  getInfo: {{taskConfig: {{program: {{cmd: [{root}/info.sh]}}}}}}\n---\nservice:\n  name: my-service\n  runtime: custom\n"
+    );
+    let api = vergence_lambda::api_router(&h.deployment);
+    let (_, admin) = vergence_api::create_token(
+        h.deployment.store.as_ref(),
+        &vergence_model::TokenSubject::Application("shop".parse().unwrap()),
+        &[vergence_model::Scope::Admin],
+        None,
+        "cli:test",
+        &vergence_model::ports::SystemClock,
+    )
+    .await
+    .unwrap();
+    let upload = serde_json::json!({"files": {"vergence.yaml": config}});
+    let (status, body) = call(&api, "POST", "/v1/configs", &admin, Some(upload)).await;
+    assert_eq!(status, 200, "{body}");
+    let release = serde_json::json!({"version": "svc-1", "params": {}});
+    let (status, body) = call(
+        &api,
+        "POST",
+        "/v1/applications/shop/services/my-service/releases",
+        &admin,
+        Some(release),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
+    h.converge(Duration::from_secs(120), async |h, event| {
+        h.deliver(&worker, event).await;
+    })
+    .await;
+
+    // getInfo runs once nothing else does.
+    let path = "/v1/applications/shop/services/my-service/release-channels/staging";
+    let start = std::time::Instant::now();
+    let detail = loop {
+        let (status, detail) = call(&api, "GET", path, &admin, None).await;
+        assert_eq!(status, 200, "{detail}");
+        if detail["instance"]["infoText"].is_string() {
+            break detail;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no getInfo output: {detail:#}"
+        );
+        h.schedule().await;
+        h.deliver_until_idle(&worker).await;
+    };
+    let instance = &detail["instance"];
+    assert_eq!(instance["status"], "CONVERGED", "{detail:#}");
+    assert_eq!(instance["currentVersion"], "svc-1", "{detail:#}");
+    assert_eq!(
+        instance["infoText"],
+        "Console: https://console.example.com/services/my-service?env=staging",
+        "{detail:#}"
+    );
+    assert_eq!(instance["info"], serde_json::json!([]), "{detail:#}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version() {
     let Some((dynamodb, sqs)) = endpoints() else {

@@ -40,8 +40,15 @@ pub struct InstanceView {
     pub current_version: Option<Version>,
     pub status: Status,
     pub reason: String,
-    /// What getInfo reported, for people.
+    /// What getInfo reported in the structured form, for people.
     pub info: Vec<InfoOutput>,
+    /// What getInfo printed when it was not the structured form: as
+    /// printed, at most 8 KiB (a cut is marked), secrets masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_text: Option<String>,
+    /// How the last getInfo failed, shown with what it printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_failure: Option<String>,
     /// The plan the next apply would use (and an approval binds to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanView>,
@@ -106,6 +113,8 @@ impl InstanceView {
             status: record.state.status,
             reason: record.state.reason.clone(),
             info: record.state.info.clone(),
+            info_text: record.state.info_text.clone(),
+            info_failure: record.state.info_failure.clone(),
             plan: plan.map(PlanView::of),
         }
     }

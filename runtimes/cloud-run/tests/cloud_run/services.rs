@@ -154,6 +154,8 @@ async fn apply_creates_then_updates_the_service_and_fetch_follows_the_rollout() 
     let v1 = wanted("v1", "europe-docker.pkg.dev/shop/web:1");
     let (output, verdict, _) = bed.fetch(&v1).await;
     assert_eq!(verdict, FetchVerdict::NeedsApply, "{output}");
+    // The design's object type, for a missing service as for a running one.
+    assert_eq!(output["objects"][0]["objectType"], "CloudRun", "{output}");
 
     let done = bed.apply(&v1).await;
     assert!(done.starts_with("started creating service projects/shop-prod/locations/europe-west1/services/web with revision web-v"), "{done}");
@@ -162,6 +164,7 @@ async fn apply_creates_then_updates_the_service_and_fetch_follows_the_rollout() 
     assert_eq!(verdict, FetchVerdict::InProgress, "{summary}");
     let (output, verdict, summary) = bed.settled(&v1).await;
     assert_eq!(verdict, FetchVerdict::Converged, "{summary}: {output}");
+    assert_eq!(output["objects"][0]["objectType"], "CloudRun", "{output}");
     let service = bed.fake.service(SERVICE).unwrap();
     assert_eq!(service["annotations"]["vergence.dev/version"], "v1");
     assert_eq!(

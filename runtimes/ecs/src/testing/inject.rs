@@ -50,6 +50,13 @@ enum Rewrite {
     RunTaskFailure { reason: String },
     /// StopTask: the task is not found.
     StopTaskNotFound,
+    /// `operation` is answered with `status` and `body` as they are (a
+    /// proxy's error page, no AWS error in it).
+    Raw {
+        operation: String,
+        status: u16,
+        body: String,
+    },
     /// DescribeServices: the deployments of `service` for
     /// `task_definition` (any, when `None`) have rollout state `state`.
     Rollout {
@@ -132,6 +139,17 @@ impl Injector {
             .count()
     }
 
+    /// From now on, `operation` (`RunTask`) is answered with `status` and
+    /// `body` as they are: what a proxy or load balancer in front of ECS
+    /// answers, with no AWS error in it.
+    pub fn raw(&self, operation: &str, status: u16, body: &str) {
+        self.push(Rewrite::Raw {
+            operation: operation.to_owned(),
+            status,
+            body: body.to_owned(),
+        });
+    }
+
     fn push(&self, rewrite: Rewrite) {
         self.rewrites.lock().unwrap().push(rewrite);
     }
@@ -164,6 +182,21 @@ impl Intercept for Injector {
             return Ok(());
         }
         let response = context.response_mut();
+        let raw = rewrites.iter().find_map(|r| match r {
+            Rewrite::Raw {
+                operation: of,
+                status,
+                body,
+            } if *of == operation => Some((*status, body.clone())),
+            _ => None,
+        });
+        if let Some((status, body)) = raw {
+            *response.status_mut() = status.try_into()?;
+            response.headers_mut().remove("content-length");
+            response.headers_mut().insert("content-type", "text/html");
+            *response.body_mut() = SdkBody::from(body);
+            return Ok(());
+        }
         let body = response.take_body();
         let bytes = tokio::task::block_in_place(|| {
             tokio::runtime::Handle::current().block_on(ByteStream::new(body).collect())
@@ -186,6 +219,9 @@ impl Intercept for Injector {
 }
 
 fn applies(rewrite: &Rewrite, operation: &str) -> bool {
+    if let Rewrite::Raw { operation: of, .. } = rewrite {
+        return of == operation;
+    }
     matches!(
         (rewrite, operation),
         (Rewrite::Stopped { .. }, "DescribeTasks")
@@ -225,6 +261,8 @@ fn rewrite_body(rewrite: &Rewrite, body: &mut Value) -> Option<u16> {
             });
             Some(200)
         }
+        // Answered before the body is read as JSON.
+        Rewrite::Raw { .. } => None,
         Rewrite::StopTaskNotFound => {
             *body = json!({
                 "__type": "InvalidParameterException",

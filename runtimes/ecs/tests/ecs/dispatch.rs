@@ -272,6 +272,37 @@ async fn run_task_failures_are_an_error_with_ecs_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_error_without_an_aws_message_says_its_status_and_body() {
+    let Some(moto) = crate::common::moto().await else {
+        return;
+    };
+    // A load balancer's error page: no AWS error code or message in it.
+    let page = format!(
+        "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>{}</body></html>",
+        "x".repeat(300)
+    );
+    moto.injector.raw("RunTask", 502, &page);
+    let job = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]);
+    let err = moto.runner().dispatch(&job).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "in cluster {} failed: error: HTTP 502 without an error message; body \"<html>\\r\\n<head><title>502 Bad Gateway</title></head>",
+            moto.cluster
+        )),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(&format!("(first 200 of {} bytes)", page.len())),
+        "{err}"
+    );
+    assert!(!err.contains("(no message)"), "{err}");
+    assert!(
+        !err.contains('\r') && !err.contains('\n'),
+        "one line: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_in_another_region_runs_its_tasks_there() {
     let Some(url) = vergence_aws::testing::endpoint(vergence_aws::testing::SQS_URL) else {
         return;

@@ -187,6 +187,8 @@ async fn apply_creates_the_service_then_updates_it_to_a_new_release() {
             .starts_with("there is no ECS service"),
         "{output}"
     );
+    // The design's object type, for a missing service as for a running one.
+    assert_eq!(output["objects"][0]["objectType"], "ECSService", "{output}");
 
     let done = bed.apply(&v1).await;
     assert!(
@@ -200,6 +202,7 @@ async fn apply_creates_the_service_then_updates_it_to_a_new_release() {
     assert_eq!(tag(&tags, "team"), Some("shop"), "the file's own tags stay");
     let (output, verdict, summary) = bed.fetch(&v1).await;
     assert_eq!(verdict, FetchVerdict::Converged, "{summary}: {output}");
+    assert_eq!(output["objects"][0]["objectType"], "ECSService", "{output}");
     let version = &output["objects"][0]["versions"][0];
     assert_eq!(
         (

@@ -12,7 +12,7 @@ use super::{Checker, check_env_name, unknown_param_message};
 use crate::config::schema::{ProgramDoc, TaskConfigDoc};
 use crate::model::{JobTemplate, ParamDecl, ParamKind};
 use crate::template::{Reference, Template};
-use vergence_model::{RunnerKind, Source};
+use vergence_model::{LambdaRunnerSpec, RunnerKind, Source};
 
 /// A `{{.Constants.name}}` in a job template, and where it is written.
 pub(super) struct ConstantUse {
@@ -70,6 +70,14 @@ impl Checker<'_> {
         let program_path = input.path.key("taskConfig").key("program");
         let before = self.errors.len();
         self.check_program(source, &program_path, program, input.runner);
+        if input.runner == RunnerKind::Lambda && input.timeout > LambdaRunnerSpec::MAX_TIMEOUT {
+            let message = format!(
+                "timeout {:#} is longer than a Lambda invocation can run (15 minutes): \
+                 shorten it, or run {} on the ecs or cloudRun runner, which have no such limit",
+                input.timeout, input.owner
+            );
+            self.err(source, &input.path.key("timeout"), message);
+        }
         let cmd_path = program_path.key("cmd");
         let cmd: Vec<Template> = program
             .cmd
@@ -127,7 +135,16 @@ impl Checker<'_> {
                 "cmd must name the program to run, e.g. cmd: [./deploy.sh]",
             );
         }
-        if runner != RunnerKind::Local && program.image.is_none() {
+        if runner == RunnerKind::Lambda {
+            if program.image.is_some() {
+                self.err(
+                    source,
+                    &path.key("image"),
+                    "the lambda runner runs the command inside the function it names, not in an image: \
+                     remove image and put the program in the function (its container image or a layer)",
+                );
+            }
+        } else if runner != RunnerKind::Local && program.image.is_none() {
             self.err(
                 source,
                 &path.key("image"),

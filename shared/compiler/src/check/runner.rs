@@ -10,16 +10,17 @@ use super::Checker;
 use super::field_path::FieldPath;
 use super::runner_fields::{
     check_aws_region, check_dns_label, check_dns_subdomain, check_ecs_cluster, check_gcp_project,
-    check_gcp_region, check_gcp_service_account, check_log_group, check_role_arn,
-    check_security_group, check_subnet, cloud_run_cpu, cloud_run_memory, cloud_run_size,
-    fargate_cpu, fargate_memory, fargate_size,
+    check_gcp_region, check_gcp_service_account, check_lambda_function, check_lambda_qualifier,
+    check_log_group, check_role_arn, check_security_group, check_subnet, cloud_run_cpu,
+    cloud_run_memory, cloud_run_size, fargate_cpu, fargate_memory, fargate_size, lambda_arn_parts,
 };
 use crate::config::schema::{
-    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc,
+    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LambdaRunnerDoc, LocalRunnerDoc,
+    RunnerDoc,
 };
 use vergence_model::{
-    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, RunnerKind, RunnerSpec, RunnerUse,
-    RunnerUser, RuntimeName, Source,
+    CloudRunRunnerSpec, EcsRunnerSpec, KubernetesRunnerSpec, LambdaRunnerSpec, RunnerKind,
+    RunnerSpec, RunnerUse, RunnerUser, RuntimeName, Source,
 };
 
 /// A runtime's runner as written, which release channels may override.
@@ -119,6 +120,35 @@ impl Checker<'_> {
             RunnerDoc::Kubernetes(k) => self.kubernetes_settings(source, path, k),
             RunnerDoc::Ecs(ecs) => self.ecs_settings(source, path, ecs),
             RunnerDoc::CloudRun(run) => self.cloud_run_settings(source, path, run),
+            RunnerDoc::Lambda(lambda) => self.lambda_settings(source, path, lambda),
+        }
+    }
+
+    fn lambda_settings(&mut self, source: &Source, path: &FieldPath, doc: &LambdaRunnerDoc) {
+        let function = doc.function.as_deref();
+        self.setting(source, path, "function", function, check_lambda_function);
+        let region = doc.region.as_deref();
+        self.setting(source, path, "region", region, check_aws_region);
+        let qualifier = doc.qualifier.as_deref();
+        self.setting(source, path, "qualifier", qualifier, check_lambda_qualifier);
+        // An ARN says where the function is and may name its version: a
+        // second answer that differs would be ignored by one side or the
+        // other, so it is refused.
+        let Some((arn_region, qualified)) = function.and_then(lambda_arn_parts) else {
+            return;
+        };
+        if let Some(region) = region.filter(|r| *r != arn_region) {
+            let message = format!(
+                "region {region:?} differs from the region of the function's ARN ({arn_region}): remove region, or name the function by its name"
+            );
+            self.err(source, &path.key("region"), message);
+        }
+        if qualified && qualifier.is_some() {
+            self.err(
+                source,
+                &path.key("qualifier"),
+                "the function's ARN already names a version or alias: remove qualifier, or the version from the ARN",
+            );
         }
     }
 
@@ -246,6 +276,11 @@ impl Checker<'_> {
                     "an ECS task on Fargate gets its network interface (awsvpc) in one of them; write subnets: [subnet-…]",
                 ),
             ],
+            RunnerDoc::Lambda(lambda) => vec![(
+                lambda.function.is_none(),
+                "function",
+                "the name or ARN of the Lambda function (carrying vergence-wrapper) that runs the jobs",
+            )],
             RunnerDoc::CloudRun(run) => vec![
                 (
                     run.project.is_none(),
@@ -356,6 +391,11 @@ fn runner_spec(doc: &RunnerDoc) -> Option<RunnerSpec> {
                     .unwrap_or_else(|| EcsRunnerSpec::DEFAULT_LOG_GROUP.to_owned()),
             })
         }
+        RunnerDoc::Lambda(lambda) => RunnerSpec::Lambda(LambdaRunnerSpec {
+            function: lambda.function.clone()?,
+            region: lambda.region.clone(),
+            qualifier: lambda.qualifier.clone(),
+        }),
         RunnerDoc::CloudRun(run) => RunnerSpec::CloudRun(CloudRunRunnerSpec {
             project: run.project.clone()?,
             region: run.region.clone()?,

@@ -412,6 +412,66 @@ fn dns_name(raw: &str, dots: bool) -> bool {
             .all(|c| alnum(c) || c == '-' || (dots && c == '.'))
 }
 
+/// A Lambda function's name, or its ARN (with or without a version or
+/// alias).
+pub(super) fn check_lambda_function(raw: &str) -> Result<(), String> {
+    let name_ok = |name: &str| {
+        (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let valid = if raw.starts_with("arn:") {
+        Arn::parse(raw).is_some_and(|arn| {
+            let (name, qualifier) = arn
+                .resource
+                .strip_prefix("function:")
+                .map(|rest| {
+                    rest.split_once(':')
+                        .map_or((rest, None), |(n, q)| (n, Some(q)))
+                })
+                .unwrap_or(("", None));
+            arn.service == "lambda"
+                && !arn.region.is_empty()
+                && name_ok(name)
+                && qualifier.is_none_or(|q| check_lambda_qualifier(q).is_ok())
+        })
+    } else {
+        name_ok(raw)
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "function {raw:?} is not a Lambda function: write its name (letters, digits, '-' and '_', at most 64) or its ARN, arn:aws:lambda:REGION:ACCOUNT:function:NAME"
+        ))
+    }
+}
+
+/// The region of a Lambda function ARN, and whether it names a version
+/// or alias; `None` for a plain name.
+pub(super) fn lambda_arn_parts(raw: &str) -> Option<(&str, bool)> {
+    let arn = Arn::parse(raw)?;
+    let rest = arn.resource.strip_prefix("function:")?;
+    Some((arn.region, rest.contains(':')))
+}
+
+/// A Lambda version (digits or `$LATEST`) or alias name.
+pub(super) fn check_lambda_qualifier(raw: &str) -> Result<(), String> {
+    let valid = raw == "$LATEST"
+        || ((1..=128).contains(&raw.len())
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "qualifier {raw:?} is not a Lambda version or alias: write a version number, $LATEST, or an alias name (letters, digits, '-' and '_')"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,8 @@ use crate::model::{
     FetchTemplate, GetInfoTemplate, JobTemplate, ParamDecl, ReleaseChannel, Runtime,
 };
 use vergence_model::{
-    ConfigError, FetchMode, RetryPolicy, RunnerKind, RunnerSpec, RunnerUser, RuntimeName, Source,
+    ConfigError, FetchMode, LambdaRunnerSpec, RetryPolicy, RunnerKind, RunnerSpec, RunnerUser,
+    RuntimeName, Source,
 };
 
 const DEFAULT_APPLY_TIMEOUT: SignedDuration = SignedDuration::from_mins(30);
@@ -119,7 +120,13 @@ impl<'a> Checker<'a> {
             owner: format!("runtime {}", doc.name),
         };
         let mut constant_uses = Vec::new();
-        let apply_timeout = apply_doc.timeout.map_or(DEFAULT_APPLY_TIMEOUT, |d| d.0);
+        // A Lambda invocation runs at most 15 minutes: that is its default.
+        let default_apply_timeout = if jobs.runner == RunnerKind::Lambda {
+            LambdaRunnerSpec::MAX_TIMEOUT
+        } else {
+            DEFAULT_APPLY_TIMEOUT
+        };
+        let apply_timeout = apply_doc.timeout.map_or(default_apply_timeout, |d| d.0);
         let apply_input = jobs.input("apply", &apply_doc.task_config, apply_timeout, &[]);
         let apply_job = self.job(source, apply_input, &mut constant_uses);
         let retry_path = root.key("apply").key("retryPolicy");

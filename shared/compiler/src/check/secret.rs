@@ -225,6 +225,14 @@ fn unreadable(key: &str, runtime: &RuntimeName, runner: RunnerKind) -> String {
         Some((_, reader)) => format!("the {reader} runner does"),
         None => "no runner does".to_owned(),
     };
+    if accepted.is_empty() {
+        // The lambda runner: a function is handed no secret by reference.
+        return format!(
+            "runtime {runtime} runs its jobs on the {runner} runner, which reads no secret sources ({why}); \
+             give the secret to the function itself (its environment, or have the command read the secret store), \
+             and drop this parameter"
+        );
+    }
     format!(
         "runtime {runtime} runs its jobs on the {runner} runner, which does not read {key} secrets ({why}); \
          give a source the {runner} runner reads: {}",

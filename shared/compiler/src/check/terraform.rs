@@ -143,7 +143,7 @@ impl<'a> Checker<'a> {
         );
         let (runner, kind) = self.terraform_runner(source, &root, doc, tf);
         let params = self.params(source, &root, &doc.parameters, SecretParams::Allowed);
-        let module = self.terraform_module_of(source, &path, tf, kind);
+        let module = self.terraform_module_of(source, &path, tf, kind, doc.name.as_ref());
         let written = [("module", &tf.module), ("path", &tf.path)]
             .into_iter()
             .find_map(|(key, raw)| Some((path.key(key), raw.as_deref()?)));
@@ -242,6 +242,7 @@ impl<'a> Checker<'a> {
         path: &FieldPath,
         tf: &TerraformRuntimeDoc,
         kind: RunnerKind,
+        runtime: &str,
     ) -> Option<Module> {
         if kind != RunnerKind::Local && tf.image.is_none() {
             self.err(
@@ -253,7 +254,7 @@ impl<'a> Checker<'a> {
             );
         }
         match self.one_of(source, path, ("module", &tf.module), ("path", &tf.path)) {
-            Some((key, raw)) => self.terraform_module(source, &path.key(key), raw, kind),
+            Some((key, raw)) => self.terraform_module(source, &path.key(key), raw, kind, runtime),
             None => {
                 if tf.module.is_none() && tf.path.is_none() {
                     self.err(
@@ -303,12 +304,17 @@ impl<'a> Checker<'a> {
         path: &FieldPath,
         raw: &str,
         runner: RunnerKind,
+        runtime: &str,
     ) -> Option<Module> {
         let document_dir = source
             .file
             .rsplit_once('/')
             .map_or("", |(d, _)| d)
             .to_owned();
+        if let Some(why) = self.not_a_module_source(&document_dir, raw) {
+            self.err(source, path, format!("runtime {runtime}: {why}"));
+            return None;
+        }
         if raw.starts_with("./") || raw.starts_with("../") || raw == "." {
             let Some(dir) = manifests_dir(&source.file, raw) else {
                 self.err(
@@ -348,6 +354,53 @@ impl<'a> Checker<'a> {
             location: raw.to_owned(),
             kind,
         })
+    }
+
+    /// Why `raw` is no module source Terraform reads, for what a config
+    /// means by a relative path written without `./` (`network`,
+    /// `modules/network`): Terraform reads a local directory only from
+    /// `./` or `../`, and fails every fetch with "Invalid module source
+    /// address" otherwise. A single bare word is never a source; a path of
+    /// two words is one only as a bucket's address (`bucket.s3…/key`), and
+    /// is refused only when the config has such a directory. Registry
+    /// addresses (`hashicorp/consul/aws`), URLs, `git::…`, `github.com/…`
+    /// and absolute paths are left to Terraform.
+    fn not_a_module_source(&self, document_dir: &str, raw: &str) -> Option<String> {
+        let address = raw.trim();
+        if address.is_empty()
+            || address.starts_with(['.', '/', '{'])
+            || address.contains(':')
+            || address.contains("//")
+        {
+            return None;
+        }
+        let words = address.trim_end_matches('/').split('/').count();
+        let local = crate::config::resolve_in(document_dir, address)?;
+        let exists = self.config_has_dir(&local);
+        let written = format!("./{}", address.trim_end_matches('/'));
+        match (words, exists) {
+            (1 | 2, true) => Some(format!(
+                "{raw:?} is not a module source Terraform reads; the directory {local} of the config is written {written:?} (Terraform reads a local directory only from ./ or ../)"
+            )),
+            (1, false) => Some(format!(
+                "{raw:?} is not a module source Terraform reads: a directory of the config is written with ./ ({written:?}, relative to this file), a registry module as NAMESPACE/NAME/PROVIDER, other sources as git::https://…"
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether the config has the directory `dir` (relative to its root):
+    /// on disk beside the config when it was read from a directory, or as
+    /// the folder of one of its files (all a pushed config has).
+    fn config_has_dir(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        if self.bundle.files.keys().any(|f| f.starts_with(&prefix)) {
+            return true;
+        }
+        self.bundle
+            .root
+            .as_ref()
+            .is_some_and(|root| std::path::Path::new(root).join(dir).is_dir())
     }
 
     /// The job's environment: Terraform's automation settings, the

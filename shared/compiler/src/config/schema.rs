@@ -19,7 +19,10 @@ use vergence_model::{
 };
 
 pub use notification::{NotificationDoc, SlackNotificationDoc, WebhookNotificationDoc};
-pub use runner::{CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LocalRunnerDoc, RunnerDoc};
+pub use runner::{
+    CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LambdaRunnerDoc, LocalRunnerDoc,
+    RunnerDoc,
+};
 
 /// A document: exactly one top-level kind.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -143,3 +143,76 @@ fn keys_that_would_not_act_and_unreachable_modules_are_errors() {
     let all = errors_of(&files(missing)).join("\n");
     assert!(all.contains("runtime.terraform.module: required"), "{all}");
 }
+
+#[test]
+fn a_module_written_without_dot_slash_is_refused_and_a_registry_address_is_not() {
+    let runtime_at =
+        |module: &str| RUNTIME.replace("module: ./modules/network", &format!("module: {module}"));
+    // A bare word is never a Terraform module source.
+    let all = errors_of(&[
+        ("app.yaml", APP),
+        ("infra/runtime.yaml", &runtime_at("network")),
+        ("vpc.yaml", SERVICE),
+    ])
+    .join("\n");
+    assert!(
+        all.contains("runtime.terraform.module: runtime network: \"network\" is not a module source Terraform reads: a directory of the config is written with ./ (\"./network\""),
+        "{all}"
+    );
+    // The directory is in the config: say how to write it.
+    let mut pushed = bundle(&[
+        ("app.yaml", APP),
+        ("infra/runtime.yaml", &runtime_at("modules/network")),
+        (
+            "infra/modules/network/values.yaml",
+            "# read by the module\n",
+        ),
+        ("vpc.yaml", SERVICE),
+    ]);
+    let all = match check(&pushed) {
+        Ok(_) => panic!("expected errors"),
+        Err(errors) => errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    }
+    .join("\n");
+    assert!(
+        all.contains("runtime network: \"modules/network\" is not a module source Terraform reads; the directory infra/modules/network of the config is written \"./modules/network\""),
+        "{all}"
+    );
+    // On disk beside the config (its .tf files are no config files).
+    let dir = std::env::temp_dir().join(format!("vergence-tf-module-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("infra/modules/network")).unwrap();
+    pushed.files.remove("infra/modules/network/values.yaml");
+    pushed.root = Some(dir.display().to_string());
+    let on_disk = check(&pushed).is_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(on_disk, "a directory on disk is found too");
+    pushed.root = None;
+    assert!(
+        check(&pushed).is_ok(),
+        "two words without such a directory may be a bucket's address"
+    );
+    // Registry addresses and other sources are Terraform's to read.
+    for source in [
+        "hashicorp/consul/aws",
+        "app.terraform.io/example-corp/k8s-cluster/azurerm",
+        "github.com/hashicorp/example",
+        "git::https://example.com/net.git//vpc?ref=v1",
+    ] {
+        let written = runtime_at(source).replace(
+            "  terraform:\n",
+            "  runner: {kubernetes: {agent: a}}\n  terraform:\n    image: tf:1\n",
+        );
+        let result = check(&bundle(&[
+            ("app.yaml", APP),
+            ("infra/runtime.yaml", &written),
+            ("vpc.yaml", SERVICE),
+        ]));
+        if let Err(errors) = result {
+            let all = errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+            assert!(
+                !all.join("\n").contains("runtime.terraform.module"),
+                "{source}: {all:?}"
+            );
+        }
+    }
+}

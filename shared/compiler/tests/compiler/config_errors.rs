@@ -523,12 +523,12 @@ fn a_runner_is_local_or_a_mapping_of_one_kind() {
     assert_errors(
         &[("forms.yaml", RUNNER_FORMS)],
         &[
-            "forms.yaml:3: runtime.runner: unknown runner 'docker'; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
+            "forms.yaml:3: runtime.runner: unknown runner 'docker'; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}",
             "forms.yaml:8: runtime.runner: the ecs runner needs its settings: write `runner: {ecs: {cluster: NAME, subnets: [subnet-…]}}`",
-            "forms.yaml:13: runtime.runner.ecss: unknown runner 'ecss' (did you mean 'ecs'?); write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
-            "forms.yaml:18: runtime.runner: a runner is exactly one of local, ecs, cloudRun or kubernetes; found local and ecs",
-            "forms.yaml:23: runtime.runner: the runner mapping is empty; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
-            "forms.yaml:28: runtime.runner: expected a runner: `local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, found integer `3`",
+            "forms.yaml:13: runtime.runner.ecss: unknown runner 'ecss' (did you mean 'ecs'?); write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}",
+            "forms.yaml:18: runtime.runner: a runner is exactly one of local, ecs, cloudRun, kubernetes or lambda; found local and ecs",
+            "forms.yaml:23: runtime.runner: the runner mapping is empty; write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}",
+            "forms.yaml:28: runtime.runner: expected a runner: `local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}, found integer `3`",
         ],
     );
 }

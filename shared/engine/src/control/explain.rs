@@ -28,6 +28,7 @@ impl Control {
             lines.extend(post_deployment(desired, &record.state));
         }
         lines.extend(plan(&record.state));
+        lines.extend(info(&record.state));
         lines.extend(last_jobs(&record.state));
         lines.extend(running_job(&record.state));
         lines.push(next_check(&record, now));
@@ -140,6 +141,29 @@ fn plan(state: &InstanceState) -> Option<String> {
             moment(plan.at)
         )
     })
+}
+
+/// What getInfo last reported: its failure, its structured outputs, or
+/// what it printed, quoted line by line (`| `) as job output is.
+fn info(state: &InstanceState) -> Vec<String> {
+    if state.info.is_empty() && state.info_text.is_none() && state.info_failure.is_none() {
+        return Vec::new();
+    }
+    let at = state
+        .info_at
+        .map(|at| format!(" (getInfo at {})", moment(at)))
+        .unwrap_or_default();
+    let mut lines = vec![format!("  info{at}:")];
+    if let Some(failure) = &state.info_failure {
+        lines.push(format!("    {failure}"));
+    }
+    for output in &state.info {
+        lines.push(format!("    {}: {}", output.name, output.text));
+    }
+    if let Some(text) = &state.info_text {
+        lines.extend(text.lines().map(|line| format!("    | {line}")));
+    }
+    lines
 }
 
 /// The last job of each kind, with the end of its stderr.

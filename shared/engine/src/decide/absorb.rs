@@ -121,28 +121,28 @@ impl Decider<'_> {
         }
     }
 
+    /// getInfo's output is for people and never changes convergence:
+    /// the structured form (`{"outputs":[{"name","text"}]}`) is kept as
+    /// outputs, anything else as printed (bounded), and a failure beside
+    /// what it printed, as a job's output would be shown.
     fn absorb_info(&mut self, result: &JobResult) {
         #[derive(serde::Deserialize)]
         struct InfoDoc {
             outputs: Vec<InfoOutput>,
         }
         self.state.info_at = Some(self.now);
-        self.state.info = if !result.exited_with(0) {
-            vec![InfoOutput {
-                name: "getInfo".into(),
-                text: format!("getInfo {}", result.describe()),
-            }]
-        } else {
-            match serde_json::from_str::<InfoDoc>(&result.stdout) {
-                Ok(doc) => doc.outputs,
-                Err(e) => vec![InfoOutput {
-                    name: "getInfo".into(),
-                    text: format!(
-                        "getInfo printed something other than {{\"outputs\":[{{\"name\",\"text\"}}]}}: {e}"
-                    ),
-                }],
-            }
+        // Larger structured output is shown as printed (cut), so what is
+        // kept stays bounded either way.
+        let structured = (result.stdout.len() <= vergence_model::INFO_MAX)
+            .then(|| serde_json::from_str::<InfoDoc>(&result.stdout).ok())
+            .flatten();
+        (self.state.info, self.state.info_text) = match structured {
+            Some(doc) => (doc.outputs, None),
+            None if result.stdout.trim().is_empty() => (Vec::new(), None),
+            None => (Vec::new(), Some(vergence_model::info_text(&result.stdout))),
         };
+        self.state.info_failure =
+            (!result.exited_with(0)).then(|| format!("getInfo {}", result.describe()));
     }
 
     fn job_finished_event(&mut self, flight: &InFlightJob, result: &JobResult, message: String) {

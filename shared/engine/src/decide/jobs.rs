@@ -214,6 +214,9 @@ fn poll_every(runner: RunnerKind) -> Option<SignedDuration> {
         RunnerKind::Ecs | RunnerKind::Kubernetes => Some(SignedDuration::from_secs(60)),
         // Cloud Run sends nothing: its executions are only ever polled.
         RunnerKind::CloudRun => Some(SignedDuration::from_secs(15)),
+        // An asynchronous invocation reports nothing either: its result is
+        // the wrapper's upload, looked for in the artifact store (one GET).
+        RunnerKind::Lambda => Some(SignedDuration::from_secs(10)),
     }
 }
 

@@ -238,11 +238,28 @@ fn get_info_outputs_are_kept_and_never_change_convergence() {
     );
     sim.now = next;
     assert_eq!(sim.step().jobs[0].kind, JobKind::GetInfo);
-    sim.finish(0, "not json");
+    sim.finish(0, "console: https://console.example/shop\n");
+    assert_eq!(sim.status(), Status::Converged, "freeform info is shown");
+    assert!(
+        sim.record.state.info.is_empty(),
+        "no structured outputs now"
+    );
+    assert_eq!(
+        sim.record.state.info_text.as_deref(),
+        Some("console: https://console.example/shop")
+    );
+    assert_eq!(sim.record.state.info_failure, None);
+    sim.now = sim.record.next_check_at.unwrap();
+    assert_eq!(sim.step().jobs[0].kind, JobKind::GetInfo);
+    sim.finish(3, "half a report");
     assert_eq!(
         sim.status(),
         Status::Converged,
-        "bad info never fails the instance"
+        "a failing getInfo never fails the instance"
     );
-    assert!(sim.record.state.info[0].text.contains("outputs"));
+    assert_eq!(sim.record.state.info_text.as_deref(), Some("half a report"));
+    assert_eq!(
+        sim.record.state.info_failure.as_deref(),
+        Some("getInfo exited with 3: boom")
+    );
 }

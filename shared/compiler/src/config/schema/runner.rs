@@ -1,6 +1,6 @@
 //! The `runner` block of runtimes and protections, and of a release
 //! channel's override of a runtime's runner: `runner: local`, or a mapping
-//! with exactly one of `local`, `ecs`, `cloudRun`, `kubernetes`.
+//! with exactly one of `local`, `ecs`, `cloudRun`, `kubernetes`, `lambda`.
 //!
 //! Every setting is optional here: a release channel's override gives only
 //! the settings it changes, and a runtime's missing settings are reported
@@ -19,7 +19,7 @@ use vergence_model::RunnerKind;
 use vergence_model::diagnostics::suggest;
 
 /// The forms a runner is written in, for messages.
-const RUNNER_FORMS: &str = "write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}";
+const RUNNER_FORMS: &str = "write `runner: local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}";
 
 /// Where a runtime's or protection's jobs run.
 #[derive(Clone, Debug)]
@@ -28,6 +28,7 @@ pub enum RunnerDoc {
     Kubernetes(KubernetesRunnerDoc),
     Ecs(EcsRunnerDoc),
     CloudRun(CloudRunRunnerDoc),
+    Lambda(LambdaRunnerDoc),
 }
 
 impl RunnerDoc {
@@ -37,6 +38,7 @@ impl RunnerDoc {
             RunnerDoc::Kubernetes(_) => RunnerKind::Kubernetes,
             RunnerDoc::Ecs(_) => RunnerKind::Ecs,
             RunnerDoc::CloudRun(_) => RunnerKind::CloudRun,
+            RunnerDoc::Lambda(_) => RunnerKind::Lambda,
         }
     }
 
@@ -72,6 +74,13 @@ impl RunnerDoc {
                     service_account: either(&over.service_account, &base.service_account),
                     cpu: either(&over.cpu, &base.cpu),
                     memory: either(&over.memory, &base.memory),
+                })
+            }
+            (RunnerDoc::Lambda(base), RunnerDoc::Lambda(over)) => {
+                RunnerDoc::Lambda(LambdaRunnerDoc {
+                    function: either(&over.function, &base.function),
+                    region: either(&over.region, &base.region),
+                    qualifier: either(&over.qualifier, &base.qualifier),
                 })
             }
             _ => return None,
@@ -127,6 +136,15 @@ pub struct CloudRunRunnerDoc {
     pub memory: Option<String>,
 }
 
+/// `lambda: {function, region, qualifier}`.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LambdaRunnerDoc {
+    pub function: Option<String>,
+    pub region: Option<String>,
+    pub qualifier: Option<String>,
+}
+
 /// `runner: local`, or a mapping with exactly one runner kind, as the reader
 /// below takes it.
 impl JsonSchema for RunnerDoc {
@@ -136,7 +154,7 @@ impl JsonSchema for RunnerDoc {
 
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "Where jobs run: `local`, or exactly one of local, ecs, cloudRun, kubernetes with its settings.",
+            "description": "Where jobs run: `local`, or exactly one of local, ecs, cloudRun, kubernetes, lambda with its settings.",
             "oneOf": [
                 {"type": "string", "enum": ["local"]},
                 {
@@ -148,6 +166,7 @@ impl JsonSchema for RunnerDoc {
                         "ecs": generator.subschema_for::<EcsRunnerDoc>(),
                         "cloudRun": generator.subschema_for::<CloudRunRunnerDoc>(),
                         "kubernetes": generator.subschema_for::<KubernetesRunnerDoc>(),
+                        "lambda": generator.subschema_for::<LambdaRunnerDoc>(),
                     },
                 },
             ],
@@ -169,7 +188,7 @@ impl<'de> Visitor<'de> for RunnerVisitor {
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "a runner: `local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}",
+            "a runner: `local`, or a mapping with one of local: {}, ecs: {…}, cloudRun: {…}, kubernetes: {…}, lambda: {…}",
         )
     }
 
@@ -194,10 +213,11 @@ impl<'de> Visitor<'de> for RunnerVisitor {
             RunnerKind::Kubernetes => RunnerDoc::Kubernetes(map.next_value()?),
             RunnerKind::Ecs => RunnerDoc::Ecs(map.next_value()?),
             RunnerKind::CloudRun => RunnerDoc::CloudRun(map.next_value()?),
+            RunnerKind::Lambda => RunnerDoc::Lambda(map.next_value()?),
         };
         if let Some(other) = map.next_key::<String>()? {
             return Err(de::Error::custom(format!(
-                "a runner is exactly one of local, ecs, cloudRun or kubernetes; found {kind} and {other}"
+                "a runner is exactly one of local, ecs, cloudRun, kubernetes or lambda; found {kind} and {other}"
             )));
         }
         Ok(doc)
@@ -238,5 +258,6 @@ fn required_settings(kind: RunnerKind) -> &'static str {
         RunnerKind::Kubernetes => "agent: NAME",
         RunnerKind::Ecs => "cluster: NAME, subnets: [subnet-…]",
         RunnerKind::CloudRun => "project: PROJECT, region: REGION",
+        RunnerKind::Lambda => "function: NAME_OR_ARN",
     }
 }
