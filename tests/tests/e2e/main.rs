@@ -17,5 +17,6 @@ mod serverless_cloud_run_runtime;
 mod serverless_ecs;
 mod serverless_ecs_runtime;
 mod serverless_faults;
+mod serverless_lambda;
 mod serverless_notifications;
 mod stack;
