@@ -19,7 +19,8 @@ One long-running process:
    (a new PRIMARY deployment of it; moto keeps the first one forever);
 2. seeds what the flows need (as the admin): an ECS cluster (`--ecs-cluster`),
    a task role and an execution role for its tasks, a notification signing
-   secret in SSM Parameter Store and in Secrets Manager;
+   secret in SSM Parameter Store and in Secrets Manager, and a Lambda function
+   for `runner: lambda` jobs (`vergence-wrapper`, run behind `--lambda-endpoint`);
 3. expands `--template` with aws-sam-translator and creates its resources
    from the expanded template (deploy.py): moto's CloudFormation for the
    types it implements, API calls for the others;
@@ -32,15 +33,18 @@ Command line (from the repository root; needs `pip install 'moto[server]==5.2.5'
     python3 tests/stack/account.py --out target/stack.json [--port 0]
         [--template template.yaml] [--region us-east-1] [--stack-name vergence]
         [--param Name=Value ...]     # template parameters; defaults below
-        [--ecs-cluster vergence-jobs] [--insecure-transport] [-v]
+        [--ecs-cluster vergence-jobs] [--lambda-endpoint URL] [--insecure-transport] [-v]
 
 Template parameters passed by default (each can be overridden with
 `--param`, e.g. `--param EcsClusterArns=` for a stack without ECS):
 `EcsClusterArns` = the seeded cluster's ARN, `EcsPassRoleArns` = the seeded
 task and execution roles' ARNs, `NotificationParameterPath` =
 /vergence/notifications (where the seeded parameter is) and
-`NotificationSecretArns` = the seeded secret's ARN; the others keep the
-template's defaults.
+`NotificationSecretArns` = the seeded secret's ARN, `LambdaFunctionArns` =
+the seeded jobs function's ARN; the others keep the template's defaults.
+The jobs function (`vergence-wrapper`, for `runner: lambda`) runs behind
+`--lambda-endpoint` (`cargo lambda watch`): an authorized Invoke of it is
+handed there (forward_invocations).
 
 HTTP, on the same port as the AWS APIs
 --------------------------------------
@@ -97,7 +101,7 @@ The contract (`--out`)
                 "subnets": [...], "securityGroups": [...],      # the default VPC's, for RunTask
                 "notificationSecret": {"value", "ssmParameterName", "ssmParameterArn",
                                        "secretName", "secretArn"},
-                "codeBucket"}}
+                "codeBucket", "jobsFunction": {"name", "arn"}}}
 
 Notes for the harness:
 - Give each function process only its `credentials` (AWS_ACCESS_KEY_ID,
@@ -233,6 +237,10 @@ NOTIFICATION_SECRET_VALUE = "test-notification-signing-secret"
 TASK_ROLE = "vergence-job-task"
 EXECUTION_ROLE = "vergence-job-execution"
 CODE_BUCKET = "vergence-code"
+# The function `runner: lambda` jobs run in: `cargo lambda watch` serves
+# only the workspace's binary names, and vergence-wrapper is the one it runs.
+JOBS_FUNCTION = "vergence-wrapper"
+JOBS_FUNCTION_ROLE = "vergence-jobs-function"
 
 log = logging.getLogger("stack")
 
@@ -530,6 +538,16 @@ def seed(acct: Account, cluster_name: str) -> dict[str, Any]:
     sgs = [g["GroupId"] for g in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "group-name", "Values": ["default"]}])["SecurityGroups"]]
     s3 = acct.client("s3")
     s3.create_bucket(Bucket=CODE_BUCKET)
+    # The user's Lambda function for `runner: lambda` jobs (its code runs
+    # behind --lambda-endpoint, see forward_invocations).
+    lambda_trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    jobs_role = iam.create_role(RoleName=JOBS_FUNCTION_ROLE, AssumeRolePolicyDocument=json.dumps(lambda_trust))["Role"]["Arn"]
+    import deploy
+
+    jobs_function = acct.client("lambda").create_function(
+        FunctionName=JOBS_FUNCTION, Runtime="provided.al2023", Role=jobs_role, Handler="bootstrap",
+        Code={"ZipFile": deploy.dummy_zip()}, Timeout=900,
+    )
     return {
         "ecsCluster": {"name": cluster["clusterName"], "arn": cluster["clusterArn"]},
         "taskRoleArn": task_role,
@@ -544,6 +562,7 @@ def seed(acct: Account, cluster_name: str) -> dict[str, Any]:
             "secretArn": secret_arn,
         },
         "codeBucket": CODE_BUCKET,
+        "jobsFunction": {"name": jobs_function["FunctionName"], "arn": jobs_function["FunctionArn"]},
     }
 
 
@@ -657,6 +676,44 @@ def function_events(dep: Any, logical: str) -> list[dict[str, Any]]:
     return events
 
 
+def forward_invocations(endpoint: str | None) -> None:
+    """What Lambda does with an invocation of the seeded jobs function
+    (authorized first, by authz, as lambda:InvokeFunction): runs it. Here
+    it is handed to the Invoke API at `endpoint` (`cargo lambda watch`,
+    whose function is vergence-wrapper in its Lambda mode) with the
+    invocation type the caller asked for; its answer is the caller's.
+    Without an endpoint such an invocation fails, as a function that
+    cannot start would. Other functions keep moto's behaviour."""
+    import urllib.request
+
+    from moto.awslambda.models import LambdaBackend
+
+    original = LambdaBackend.invoke
+
+    def invoke(self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any) -> Any:
+        fn = self.get_function(function_name, qualifier)
+        if fn.function_name != JOBS_FUNCTION:
+            return original(self, function_name, qualifier, body, headers, response_headers)
+        if not endpoint:
+            raise RuntimeError(f"{JOBS_FUNCTION} runs nowhere: start the account with --lambda-endpoint")
+        data = body.encode() if isinstance(body, str) else (body or b"")
+        request = urllib.request.Request(
+            f"{endpoint}/2015-03-31/functions/{JOBS_FUNCTION}/invocations",
+            data=data,
+            method="POST",
+            headers={"X-Amz-Invocation-Type": headers.get("X-Amz-Invocation-Type") or "RequestResponse", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=int(fn.timeout) + 30) as answer:
+            payload = answer.read()
+            request_id = answer.headers.get("x-amzn-RequestId")
+        if request_id:
+            response_headers["x-amzn-RequestId"] = request_id
+        response_headers["Content-Length"] = str(len(payload))
+        return payload
+
+    LambdaBackend.invoke = invoke
+
+
 def detach_moto_event_source_mappings(region: str) -> None:
     """moto's SQS runs the mapped function on every SendMessage (and, when
     that fails, puts the messages back with their receive count raised):
@@ -677,6 +734,7 @@ def build(acct: Account, template: str, out: str, stack_name: str, params: dict[
         "EcsPassRoleArns": f"{seeded['taskRoleArn']},{seeded['executionRoleArn']}",
         "NotificationParameterPath": NOTIFICATION_PARAMETER_PATH,
         "NotificationSecretArns": seeded["notificationSecret"]["secretArn"],
+        "LambdaFunctionArns": seeded["jobsFunction"]["arn"],
     }
     parameters.update(params)
     expanded = deploy.expand(template, parameters, CODE_BUCKET)
@@ -773,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stack-name", default="vergence")
     ap.add_argument("--ecs-cluster", default="vergence-jobs")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a template parameter (repeatable)")
+    ap.add_argument("--lambda-endpoint", help="the Invoke API running the seeded jobs function (cargo lambda watch)")
     ap.add_argument("--insecure-transport", action="store_true", help="aws:SecureTransport=false (then the bucket policy denies all S3 calls)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -795,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     acct = Account(args.host, args.port, args.region, secure_transport=not args.insecure_transport)
+    forward_invocations(args.lambda_endpoint)
     build(acct, os.path.abspath(args.template), args.out, args.stack_name, params, args.ecs_cluster)
     print(f"ready {args.out}", file=real_stdout, flush=True)
     while not stop.is_set():

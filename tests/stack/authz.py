@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlparse
+from urllib.parse import parse_qsl, quote, unquote, urlparse
 
 from policy import Caller, Check, Decision, evaluate, load_document, policy_statements, trust_allows
 
@@ -640,6 +640,26 @@ def _secretsmanager(req: Request) -> list[Check] | None:
     return [Check(f"secretsmanager:{op}", arn)]
 
 
+# ---- Lambda
+
+
+def _lambda(req: Request) -> list[Check] | None:
+    """Invoke (`POST /2015-03-31/functions/NAME/invocations[?Qualifier=Q]`):
+    IAM's action is lambda:InvokeFunction, whatever the invocation type,
+    on the function's ARN, qualified when the request names a version or
+    alias (a qualified ARN is matched by `ARN:*`, not by the bare ARN)."""
+    if req.operation not in ("Invoke", "InvokeAsync"):
+        return None
+    parts = urlparse(req.resp.uri).path.rstrip("/").split("/")
+    name = unquote(parts[-2])
+    qualifier = req.param("Qualifier")
+    if not name.startswith("arn:"):
+        bare, _, named = name.partition(":")
+        name = req.arn("lambda", f"function:{bare}") + (f":{named}" if named else "")
+    arn = f"{name}:{qualifier}" if qualifier and not name.endswith(f":{qualifier}") else name
+    return [Check("lambda:InvokeFunction", arn)]
+
+
 # ---- STS, IAM
 
 
@@ -663,6 +683,7 @@ _DERIVE = {
     "ssm": _ssm,
     "secretsmanager": _secretsmanager,
     "sts": _sts,
+    "lambda": _lambda,
 }
 
 

@@ -409,6 +409,53 @@ class Logs(unittest.TestCase):
         self.assertEqual((d["resource"], d["sid"]), (f"arn:aws:logs:us-east-1:{account.ACCOUNT}:log-group:/vergence/jobs:*", "EcsJobLogGroup"))
 
 
+class Lambda(unittest.TestCase):
+    """The worker's LambdaJobs grant: the seeded jobs function (the stack's
+    LambdaFunctionArns) and its versions and aliases, nothing else; an
+    authorized invocation is handed to --lambda-endpoint."""
+
+    def test_worker_invokes_the_jobs_function_only(self) -> None:
+        import http.server
+        import threading
+
+        seen: list[tuple[str, str | None]] = []
+
+        class Invoke(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append((self.path, self.headers.get("X-Amz-Invocation-Type")))
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Invoke)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        account.forward_invocations(f"http://127.0.0.1:{server.server_address[1]}")
+        try:
+            jobs = STACK["seeded"]["jobsFunction"]
+            w = client("lambda", "worker")
+            self.assertEqual(status(w.invoke, FunctionName=jobs["arn"], InvocationType="Event", Payload=b"{}"), 202)
+            d = last_decisions(1)[0]
+            self.assertEqual((d["action"], d["resource"], d["sid"]), ("lambda:InvokeFunction", jobs["arn"], "LambdaJobs"))
+            self.assertEqual(seen, [(f"/2015-03-31/functions/{jobs['name']}/invocations", "Event")])
+            # A qualifier is checked as ARN:QUALIFIER, which `ARN:*` grants.
+            admin("lambda").create_alias(FunctionName=jobs["name"], Name="live", FunctionVersion="$LATEST")
+            self.assertEqual(status(w.invoke, FunctionName=jobs["name"], Qualifier="live", InvocationType="Event", Payload=b"{}"), 202)
+            self.assertEqual(last_decisions(1)[0]["resource"], f"{jobs['arn']}:live")
+            # Another function, or another role: refused.
+            self.assertEqual(status(w.invoke, FunctionName="someone-elses", InvocationType="Event", Payload=b"{}"), 403)
+            d = last_decisions(1)[0]
+            self.assertEqual((d["action"], d["resource"], d["effect"]), ("lambda:InvokeFunction", f"arn:aws:lambda:us-east-1:{account.ACCOUNT}:function:someone-elses", "ImplicitDeny"))
+            self.assertEqual(status(client("lambda", "api").invoke, FunctionName=jobs["arn"], InvocationType="Event", Payload=b"{}"), 403)
+            self.assertEqual(len(seen), 2)
+        finally:
+            account.forward_invocations(None)
+            server.shutdown()
+
+
 class Secrets(unittest.TestCase):
     def test_parameters_and_secrets(self) -> None:
         s = STACK["seeded"]["notificationSecret"]

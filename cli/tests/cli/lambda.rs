@@ -7,17 +7,15 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{Project, Run, finish, vergence_bin, wait_for};
+use vergence_testkit::{CARGO_LAMBDA, WrapperFunction, free_port};
 
-/// The function's name: `cargo lambda watch` serves only the names of the
-/// workspace's binaries, and this is the one it runs.
-const FUNCTION: &str = "vergence-wrapper";
+use crate::common::{Project, Run, finish, vergence_bin};
 
-/// Where `scripts/services.sh` put cargo-lambda.
-const CARGO_LAMBDA: &str = "VERGENCE_TEST_CARGO_LAMBDA";
+/// The function `cargo lambda watch` serves.
+const FUNCTION: &str = WrapperFunction::NAME;
 
 fn validate(config: &str) -> Run {
     let project = Project::empty();
@@ -161,68 +159,6 @@ fn the_example_of_the_lambda_runner_docs_validates() {
     assert_eq!(run.code, 0, "docs/runners/lambda.md's example:\n{run}");
 }
 
-/// `cargo lambda watch` serving the runtime API of [`FUNCTION`] and the
-/// Invoke API, and the wrapper in its Lambda mode taking the invocations;
-/// both stopped when dropped.
-struct Function {
-    watch: Child,
-    wrapper: Child,
-    url: String,
-}
-
-impl Drop for Function {
-    fn drop(&mut self) {
-        for child in [&mut self.wrapper, &mut self.watch] {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Function {
-    fn start(cargo_lambda: &str, workdir: &std::path::Path) -> Self {
-        let port = free_port();
-        // --only-lambda-apis: no cargo build; the function is started
-        // below, from the binary this build made. It must run in the
-        // workspace, whose binaries are the function names it serves.
-        let watch = Command::new(cargo_lambda)
-            .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
-            .args(["-P", &port.to_string()])
-            .current_dir(vergence_testkit::workspace())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start cargo lambda watch");
-        let url = format!("http://127.0.0.1:{port}");
-        wait_for("cargo lambda watch", Duration::from_secs(30), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        let wrapper = Command::new(vergence_testkit::workspace_binary("vergence-wrapper"))
-            .env("AWS_LAMBDA_RUNTIME_API", format!("{url}/.rt/{FUNCTION}"))
-            .env("AWS_LAMBDA_FUNCTION_NAME", FUNCTION)
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .current_dir(workdir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start vergence-wrapper");
-        Self {
-            watch,
-            wrapper,
-            url,
-        }
-    }
-}
-
 /// Creates `bucket` in moto (an unsigned PUT, which moto takes).
 fn create_bucket(moto: &str, bucket: &str) {
     let address = moto.trim_start_matches("http://");
@@ -278,7 +214,7 @@ service:
 }
 
 /// `vergence ARGS` with the SDK pointed at moto (S3) and at the function.
-fn vergence_on(project: &Project, function: &Function, moto: &str, args: &[&str]) -> Run {
+fn vergence_on(project: &Project, function: &WrapperFunction, moto: &str, args: &[&str]) -> Run {
     let child = Command::new(vergence_bin())
         .args(args)
         .arg("--config")
@@ -318,7 +254,7 @@ fn a_custom_runtime_on_the_lambda_runner_converges_and_a_failing_apply_reports_i
         return;
     };
     let project = lambda_project(FUNCTION);
-    let function = Function::start(&cargo_lambda, project.path());
+    let function = WrapperFunction::start(&cargo_lambda, project.path());
     let bucket = vergence_testkit::unique_name("vergence-lambda");
     create_bucket(&moto, &bucket);
     let up = ["up", "--artifact-bucket", bucket.as_str()];

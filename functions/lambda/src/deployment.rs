@@ -158,6 +158,16 @@ impl Deployment {
         }
     }
 
+    /// Jobs of `runner: lambda` runtimes are invoked through `client`
+    /// (tests point it at a stand-in of the Invoke API).
+    pub fn with_lambda(self, client: aws_sdk_lambda::Client) -> Self {
+        let runner = LambdaRunner::new(client, self.artifacts.clone(), LambdaSettings::default());
+        Self {
+            lambda: Arc::new(runner),
+            ..self
+        }
+    }
+
     /// Notification secrets in AWS are read with `reader` (told where the
     /// scheduler's rights come from, for access-denied failures).
     pub fn with_notification_secrets(self, reader: AwsSecretReader) -> Self {

@@ -111,3 +111,95 @@ pub fn doc_table(path: &str, header: &str) -> Vec<Vec<String>> {
     );
     rows
 }
+
+/// Polls `done` every 100 ms until it holds; fails the test, naming
+/// `what`, after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A TCP port free on 127.0.0.1 when asked.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The variable naming the cargo-lambda binary `scripts/services.sh`
+/// installed (`.tools/cargo-lambda`).
+pub const CARGO_LAMBDA: &str = "VERGENCE_TEST_CARGO_LAMBDA";
+
+/// A Lambda function running this build's `vergence-wrapper` in its
+/// Lambda mode behind `cargo lambda watch --only-lambda-apis` — the real
+/// Lambda runtime and Invoke APIs — for tests of the lambda runner. Both
+/// processes stop when it is dropped.
+#[derive(Debug)]
+pub struct WrapperFunction {
+    watch: std::process::Child,
+    wrapper: std::process::Child,
+    /// The Invoke API's endpoint (`AWS_ENDPOINT_URL_LAMBDA`).
+    pub url: String,
+}
+
+impl WrapperFunction {
+    /// The function's name: `cargo lambda watch` serves only the names of
+    /// the workspace's binaries, and this is the one it runs.
+    pub const NAME: &str = "vergence-wrapper";
+
+    /// Starts both, with `cargo_lambda` (from [`CARGO_LAMBDA`]); the
+    /// wrapper runs jobs in `workdir`.
+    pub fn start(cargo_lambda: &str, workdir: &Path) -> Self {
+        use std::process::{Command, Stdio};
+        let port = free_port();
+        // --only-lambda-apis: no cargo build; the function is started
+        // below, from the binary this build made. It must run in the
+        // workspace, whose binaries are the function names it serves.
+        let watch = Command::new(cargo_lambda)
+            .args(["lambda", "watch", "--only-lambda-apis", "-A", "127.0.0.1"])
+            .args(["-P", &port.to_string()])
+            .current_dir(workspace())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start cargo lambda watch");
+        let url = format!("http://127.0.0.1:{port}");
+        wait_for(
+            "cargo lambda watch",
+            std::time::Duration::from_secs(30),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        let wrapper = Command::new(workspace_binary("vergence-wrapper"))
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("{url}/.rt/{}", Self::NAME),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", Self::NAME)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .current_dir(workdir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start vergence-wrapper");
+        Self {
+            watch,
+            wrapper,
+            url,
+        }
+    }
+}
+
+impl Drop for WrapperFunction {
+    fn drop(&mut self) {
+        for child in [&mut self.wrapper, &mut self.watch] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

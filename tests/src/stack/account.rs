@@ -124,6 +124,9 @@ pub struct Seeded {
     #[serde(default)]
     pub security_groups: Vec<String>,
     pub notification_secret: NotificationSecret,
+    /// The Lambda function `runner: lambda` jobs run in (the stack's
+    /// `LambdaFunctionArns`).
+    pub jobs_function: NamedArn,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -190,7 +193,7 @@ pub struct Account {
 impl Account {
     /// Deploys template.yaml with `params` (`Name=Value`); `None` (the test
     /// skips) without the Python tools, unless services are required.
-    pub fn deploy(params: &[String]) -> Option<Self> {
+    pub fn deploy(params: &[String], lambda_endpoint: &str) -> Option<Self> {
         let python = python()?;
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("stack.json");
@@ -210,6 +213,7 @@ impl Account {
         for param in params {
             command.args(["--param", param]);
         }
+        command.args(["--lambda-endpoint", lambda_endpoint]);
         let mut process = command.spawn().expect("start tests/stack/account.py");
         let stdout = process.stdout.take().unwrap();
         let started = Instant::now();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use vergence_testkit::workspace_binary;
+use vergence_testkit::{WrapperFunction, workspace_binary};
 
 use crate::lambda::{FunctionSpec, LambdaFunction};
 pub use account::{Account, Contract, Decision, Function, Grant, Keys, python};
@@ -39,6 +39,11 @@ pub struct Stack {
     pub worker: Arc<LambdaFunction>,
     pub gateway: Gateway,
     pub mapping: EventSourceMapping,
+    /// The seeded jobs function (`vergence-wrapper` behind `cargo lambda
+    /// watch`), which the account hands authorized invocations to.
+    pub jobs_function: WrapperFunction,
+    /// Where the jobs function runs its commands.
+    pub jobs_dir: tempfile::TempDir,
 }
 
 impl Stack {
@@ -48,7 +53,15 @@ impl Stack {
     pub async fn deploy(params: &[(&str, &str)]) -> Option<Self> {
         let mut all = vec![format!("WebhookSecret={WEBHOOK_SECRET}")];
         all.extend(params.iter().map(|(k, v)| format!("{k}={v}")));
-        let account = tokio::task::spawn_blocking(move || Account::deploy(&all))
+        let cargo_lambda = vergence_testkit::endpoint(vergence_testkit::CARGO_LAMBDA)?;
+        let jobs_dir = tempfile::tempdir().unwrap();
+        let jobs_path = jobs_dir.path().to_owned();
+        let jobs_function =
+            tokio::task::spawn_blocking(move || WrapperFunction::start(&cargo_lambda, &jobs_path))
+                .await
+                .unwrap();
+        let lambda_endpoint = jobs_function.url.clone();
+        let account = tokio::task::spawn_blocking(move || Account::deploy(&all, &lambda_endpoint))
             .await
             .unwrap()?;
         let contract = account.contract.clone();
@@ -100,6 +113,8 @@ impl Stack {
             worker,
             gateway,
             mapping,
+            jobs_function,
+            jobs_dir,
         })
     }
 

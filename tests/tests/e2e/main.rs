@@ -1,9 +1,9 @@
 //! End-to-end tests across Vergence's crates: the serverless worker, scheduler
 //! and API against DynamoDB Local and moto (with faults injected), the ECS
-//! and Cloud Run runners and runtimes through the worker, notifications, the
-//! Lambda binaries under a Lambda runtime API, the CLI's tokens in a
-//! deployment's table, and the layering of the crates. One test binary, a
-//! module per area.
+//! and Cloud Run runners and runtimes and the Lambda runner through the
+//! worker, notifications, the Lambda binaries under a Lambda runtime API,
+//! the CLI's tokens in a deployment's table, and the layering of the
+//! crates. One test binary, a module per area.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,5 +17,6 @@ mod serverless_cloud_run_runtime;
 mod serverless_ecs;
 mod serverless_ecs_runtime;
 mod serverless_faults;
+mod serverless_lambda;
 mod serverless_notifications;
 mod stack;

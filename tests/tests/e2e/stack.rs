@@ -509,6 +509,94 @@ async fn ecs_runtime_and_runner(stack: &Stack) {
     assert!(tasks >= 1, "the migration ran as an ECS task");
 }
 
+/// A custom runtime on the lambda runner: the worker invokes the stack's
+/// jobs function (`LambdaFunctionArns`) asynchronously, with its role's
+/// `LambdaJobs` grant; vergence-wrapper there runs the command and reports
+/// through the presigned URLs of the artifact bucket, which later checks
+/// read. The apply appends a line to `applies.log` per invocation.
+async fn lambda_runner(stack: &Stack) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stack.jobs_dir.path().display().to_string();
+    std::fs::write(
+        dir.path().join("jobs.yaml"),
+        format!(
+            r#"application:
+  name: jobs
+  releaseChannels:
+    - {{name: prod, runtimes: [{{runtime: fn}}]}}
+---
+runtime:
+  name: fn
+  runner:
+    lambda: {{function: '{function}'}}
+  apply:
+    taskConfig:
+      program:
+        cmd: [sh, -c, 'echo "$VERGENCE_SERVICE_VERSION" >> {out}/applies.log; echo "$VERGENCE_SERVICE_VERSION" > {out}/deployed.txt']
+  fetch:
+    mode: exitCode
+    taskConfig:
+      program:
+        cmd: [sh, -c, 'test "$(cat {out}/deployed.txt 2>/dev/null)" = "$VERGENCE_SERVICE_VERSION" || exit 2']
+---
+service:
+  name: hook
+  application: jobs
+  runtime: fn
+"#,
+            function = stack.contract().seeded.jobs_function.arn,
+        ),
+    )
+    .unwrap();
+    let token = stack.create_token(&["--app", "jobs", "--scope", "admin"]);
+    succeeded(
+        &stack.vergence(
+            dir.path(),
+            &token,
+            &["configs", "push", ".", "--app", "jobs"],
+        ),
+        "configs push",
+    );
+    succeeded(
+        &stack.vergence(
+            dir.path(),
+            &token,
+            &[
+                "--webhook-secret",
+                WEBHOOK_SECRET,
+                "release",
+                "hook",
+                "v1",
+                "--app",
+                "jobs",
+            ],
+        ),
+        "release hook",
+    );
+    let started = Instant::now();
+    loop {
+        stack.tick().await;
+        let output = stack.vergence(
+            dir.path(),
+            &token,
+            &["status", "--app", "jobs", "--output", "json"],
+        );
+        let json: Value = serde_json::from_str(&succeeded(&output, "status")).unwrap();
+        let hook = &json["instances"][0];
+        if hook["status"] == "CONVERGED" && hook["currentVersion"] == "v1" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "still {json:#}\nworker:\n{}",
+            stack.worker.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let applies = std::fs::read_to_string(stack.jobs_dir.path().join("applies.log")).unwrap();
+    assert_eq!(applies, "v1\n", "the apply was invoked once");
+}
+
 /// The real vergence-agent in a (fake) cluster, polling the deployment
 /// through API Gateway with its agent token; stopped when dropped.
 struct Agent(std::process::Child);
@@ -626,6 +714,7 @@ async fn every_flow_runs_on_the_deployed_stack_under_the_templates_own_permissio
     ci_release_approval_and_drift(&stack).await;
     ecs_runtime_and_runner(&stack).await;
     agent_through_the_api_function(&stack).await;
+    lambda_runner(&stack).await;
 
     let permissions = stack.permissions().await;
     for (function, used) in &permissions {
@@ -636,7 +725,12 @@ async fn every_flow_runs_on_the_deployed_stack_under_the_templates_own_permissio
         );
     }
     let worker = &permissions["worker"].used;
-    for action in ["ecs:CreateService", "ecs:UpdateService", "ecs:RunTask"] {
+    for action in [
+        "ecs:CreateService",
+        "ecs:UpdateService",
+        "ecs:RunTask",
+        "lambda:InvokeFunction",
+    ] {
         assert!(
             worker.contains(action),
             "the worker never called {action}: {worker:?}"

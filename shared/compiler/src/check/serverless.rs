@@ -16,7 +16,9 @@
 //!   protection, which the worker does not have.
 //!
 //! Only the first that applies is reported for each job: moving it to a
-//! runner that runs images fixes all three.
+//! runner that runs images fixes all three. The lambda runner fixes the
+//! last two (the function's package carries the files) but takes no
+//! image, so only their messages name it.
 
 use super::Checker;
 use super::command_files::{NamedFile, config_files_named};
@@ -30,6 +32,11 @@ const NO_CONTAINER_ENGINE: &str = "in a serverless deployment local jobs run ins
 const NO_CONFIG_DIRECTORY: &str = "in a serverless deployment local jobs run inside the worker function, which has no config directory (a push sends only the config's YAML and JSON files)";
 /// The runners a job in an image can move to.
 const IMAGE_RUNNERS: &str = "ecs, cloudRun or kubernetes (through vergence-agent)";
+/// Where a job that needs files can also go: the lambda runner takes no
+/// image, but the function's package carries the files (a job there runs
+/// in the function's working directory, where the package is unpacked).
+const LAMBDA_PACKAGE: &str = "in a Lambda function's package and run the job on lambda";
+const LAMBDA_FUNCTION: &str = "in a Lambda function on lambda";
 
 /// A job of the local runner, as the checker sees it.
 pub(super) struct LocalJob<'j> {
@@ -135,13 +142,13 @@ fn needs_files(what: &str, named: &[NamedFile], dir: &str) -> String {
         ("files", "them")
     };
     format!(
-        "{what} runs on the local runner and needs {}, {them} of the config directory; {NO_CONFIG_DIRECTORY}: put {it} in an image and run the job on {IMAGE_RUNNERS}",
+        "{what} runs on the local runner and needs {}, {them} of the config directory; {NO_CONFIG_DIRECTORY}: put {it} in an image and run the job on {IMAGE_RUNNERS}, or {LAMBDA_PACKAGE}",
         words.join(", ")
     )
 }
 
 fn in_subdirectory(what: &str, dir: &str) -> String {
     format!(
-        "{what} runs on the local runner in {dir}/, the directory of the file that defines it; {NO_CONFIG_DIRECTORY}: define it in a file at the top of the config directory, or run it in an image on {IMAGE_RUNNERS}"
+        "{what} runs on the local runner in {dir}/, the directory of the file that defines it; {NO_CONFIG_DIRECTORY}: define it in a file at the top of the config directory, or run it in an image on {IMAGE_RUNNERS}, or {LAMBDA_FUNCTION}"
     )
 }

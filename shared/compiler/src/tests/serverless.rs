@@ -64,7 +64,7 @@ fn a_script_beside_the_config_is_a_file_the_worker_does_not_have() {
     assert_eq!(
         errors,
         [
-            "runtime.yaml:6: runtime.apply.taskConfig.program.cmd[0]: the apply of runtime deploy runs on the local runner and needs ./deploy.sh, a file of the config directory; in a serverless deployment local jobs run inside the worker function, which has no config directory (a push sends only the config's YAML and JSON files): put it in an image and run the job on ecs, cloudRun or kubernetes (through vergence-agent)"
+            "runtime.yaml:6: runtime.apply.taskConfig.program.cmd[0]: the apply of runtime deploy runs on the local runner and needs ./deploy.sh, a file of the config directory; in a serverless deployment local jobs run inside the worker function, which has no config directory (a push sends only the config's YAML and JSON files): put it in an image and run the job on ecs, cloudRun or kubernetes (through vergence-agent), or in a Lambda function's package and run the job on lambda"
         ]
     );
 }
@@ -109,7 +109,7 @@ fn a_job_below_the_top_of_the_config_runs_in_a_directory_the_worker_does_not_hav
     assert_eq!(
         errors,
         [
-            "runtimes/deploy.yaml:5: runtime.apply.taskConfig.program: the apply of runtime deploy runs on the local runner in runtimes/, the directory of the file that defines it; in a serverless deployment local jobs run inside the worker function, which has no config directory (a push sends only the config's YAML and JSON files): define it in a file at the top of the config directory, or run it in an image on ecs, cloudRun or kubernetes (through vergence-agent)"
+            "runtimes/deploy.yaml:5: runtime.apply.taskConfig.program: the apply of runtime deploy runs on the local runner in runtimes/, the directory of the file that defines it; in a serverless deployment local jobs run inside the worker function, which has no config directory (a push sends only the config's YAML and JSON files): define it in a file at the top of the config directory, or run it in an image on ecs, cloudRun or kubernetes (through vergence-agent), or in a Lambda function on lambda"
         ]
     );
     // A script there is named with where it is in the config.
