@@ -199,7 +199,30 @@ fn differences(service: &EcsService, registered: &Value) -> Vec<String> {
     if let Some(fields) = wanted.as_object_mut() {
         fields.remove("tags");
     }
-    adoption::differences(&wanted, registered)
+    let mut live = registered.clone();
+    // ECS keeps the task's size in units ("1024"), whatever the file wrote
+    // ("1 vCPU", "1 GB"): compared as written, a task definition Vergence
+    // registered itself would read as drift after every apply.
+    for side in [&mut wanted, &mut live] {
+        let Some(fields) = side.as_object_mut() else {
+            continue;
+        };
+        for (key, unit) in [("cpu", "vcpu"), ("memory", "gb")] {
+            if let Some(units) = fields.get(key).and_then(|v| in_units(v, unit)) {
+                fields.insert(key.to_owned(), Value::String(units));
+            }
+        }
+    }
+    adoption::differences(&wanted, &live)
+}
+
+/// A task size written with its unit (`1 vCPU`, `0.5 vcpu`, `2GB`), as ECS
+/// stores it: 1024 units per vCPU, MiB for memory.
+fn in_units(written: &Value, unit: &str) -> Option<String> {
+    let text = written.as_str()?.trim().to_ascii_lowercase();
+    let amount: f64 = text.strip_suffix(unit)?.trim().parse().ok()?;
+    let units = amount * 1024.0;
+    (units.is_finite() && units >= 0.0 && units.fract() == 0.0).then(|| format!("{units}"))
 }
 
 /// Marks a service Vergence did not make, which runs the file's task
@@ -270,4 +293,25 @@ fn console_url(clients: &EcsClients, service: &EcsService) -> String {
         "https://{region}.console.aws.amazon.com/ecs/v2/clusters/{cluster}/services/{}/deployments?region={region}",
         service.service_name
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_units;
+    use serde_json::json;
+
+    #[test]
+    fn task_sizes_written_with_units_compare_as_ecs_keeps_them() {
+        assert_eq!(in_units(&json!("1 vCPU"), "vcpu").as_deref(), Some("1024"));
+        assert_eq!(
+            in_units(&json!("0.25 vcpu"), "vcpu").as_deref(),
+            Some("256")
+        );
+        assert_eq!(in_units(&json!("2GB"), "gb").as_deref(), Some("2048"));
+        assert_eq!(in_units(&json!("0.5 GB"), "gb").as_deref(), Some("512"));
+        // Already in units, or not a size ECS reads: compared as written.
+        assert_eq!(in_units(&json!("1024"), "vcpu"), None);
+        assert_eq!(in_units(&json!(512), "gb"), None);
+        assert_eq!(in_units(&json!("lots GB"), "gb"), None);
+    }
 }

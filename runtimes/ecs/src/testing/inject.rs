@@ -64,6 +64,9 @@ enum Rewrite {
         task_definition: Option<String>,
         state: &'static str,
     },
+    /// DescribeTaskDefinition: the task's `cpu` and `memory` in units, as
+    /// ECS keeps them whatever was registered (`0.25 vCPU` is `256`).
+    TaskSizeInUnits,
 }
 
 /// A deployment's rollout state, as ECS reports it.
@@ -137,6 +140,12 @@ impl Injector {
             .iter()
             .filter(|o| *o == operation)
             .count()
+    }
+
+    /// From now on, task definitions are described with their size in
+    /// units, as ECS describes them (moto keeps what was registered).
+    pub fn task_size_in_units(&self) {
+        self.push(Rewrite::TaskSizeInUnits);
     }
 
     /// From now on, `operation` (`RunTask`) is answered with `status` and
@@ -231,6 +240,7 @@ fn applies(rewrite: &Rewrite, operation: &str) -> bool {
             )
             | (Rewrite::StopTaskNotFound, "StopTask")
             | (Rewrite::Rollout { .. }, "DescribeServices")
+            | (Rewrite::TaskSizeInUnits, "DescribeTaskDefinition")
     )
 }
 
@@ -272,6 +282,17 @@ fn rewrite_body(rewrite: &Rewrite, body: &mut Value) -> Option<u16> {
         }
         // All of a response's rollout rules are applied together.
         Rewrite::Rollout { .. } => None,
+        Rewrite::TaskSizeInUnits => {
+            let task = body["taskDefinition"].as_object_mut()?;
+            for (key, unit) in [("cpu", "vcpu"), ("memory", "gb")] {
+                let written = task.get(key)?.as_str()?.trim().to_ascii_lowercase();
+                if let Some(amount) = written.strip_suffix(unit) {
+                    let amount: f64 = amount.trim().parse().ok()?;
+                    task.insert(key.to_owned(), json!(format!("{}", amount * 1024.0)));
+                }
+            }
+            None
+        }
     }
 }
 

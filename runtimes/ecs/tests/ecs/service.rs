@@ -241,6 +241,27 @@ async fn apply_creates_the_service_then_updates_it_to_a_new_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_size_written_with_units_is_not_drift_once_applied() {
+    let Some(bed) = bed().await else { return };
+    bed.moto
+        .injector
+        .rollout(&bed.name, None, Rollout::Completed);
+    // ECS keeps the sizes in units ("256", "512"); moto, once told.
+    bed.moto.injector.task_size_in_units();
+    let mut v1 = bed.service("v1", "registry.example.com/web:1");
+    let mut task: Value = serde_json::from_str(&v1.task_definition).unwrap();
+    task["cpu"] = json!("0.25 vCPU");
+    task["memory"] = json!("0.5 GB");
+    v1.task_definition = task.to_string();
+
+    bed.apply(&v1).await;
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}: {output}");
+    assert_eq!(output["objects"][0]["versions"][0]["drifted"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_apply_registers_nothing_new_and_reports_through_the_sink() {
     let Some(bed) = bed().await else { return };
     let v1 = bed.service("v1", "registry.example.com/web:1");
