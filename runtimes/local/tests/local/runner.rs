@@ -194,7 +194,9 @@ async fn a_running_job_is_polled_as_running_and_stopped_with_its_whole_group() {
     script(
         root.path(),
         "hang.sh",
-        "echo $$ > leader\nsleep 1000 &\necho started\nsleep 1000",
+        // The leader file appears, whole, once the job has printed: the
+        // test stops it from then on and expects what it printed.
+        "sleep 1000 &\necho started\necho $$ > leader.tmp && mv leader.tmp leader\nsleep 1000",
     );
     let sink = Arc::new(CollectingSink::default());
     let runner = LocalRunner::new(sink.clone(), artifacts(), 2);
