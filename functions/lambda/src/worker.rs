@@ -30,7 +30,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use tracing::{Instrument, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
-use vergence_engine::{Engine, JobCompletion, RunnerRouter};
+use vergence_engine::{Engine, JobCompletion, QuietChecks, RunnerRouter};
 use vergence_model::ports::{JobResultSink, JobStore, Runner, Started};
 use vergence_model::{
     BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult, RunnerKind,
@@ -44,6 +44,17 @@ use crate::{Deployment, LambdaError};
 
 /// Who the worker's own events are attributed to.
 const ACTOR: &str = "worker";
+
+/// Steady-state checks that find nothing write one small item: the next
+/// check travels as an SQS delayed message (at most 15 minutes out), and
+/// the due index looks at the instance only if that chain of messages
+/// broke, an hour behind it. An hour bounds both how late a broken chain
+/// is found and how often the whole instance is written again (once an
+/// hour per instance; docs/performance.md).
+const QUIET_CHECKS: QuietChecks = QuietChecks {
+    longest_delay: jiff::SignedDuration::from_secs(vergence_aws::sqs::MAX_DELAY_SECONDS),
+    watchdog: jiff::SignedDuration::from_hours(1),
+};
 
 /// Jobs shorter than this are not started at the end of an invocation: the
 /// message is retried in a fresh one instead.
@@ -206,7 +217,8 @@ impl Worker {
             runners,
             self.deployment.clock.clone(),
         )
-        .with_artifacts(self.deployment.artifacts.clone());
+        .with_artifacts(self.deployment.artifacts.clone())
+        .with_quiet_checks(QUIET_CHECKS);
         let mut response = SqsBatchResponse::default();
         for message in event.records {
             if self.handle_message(&engine, &message).await == Disposition::Redeliver {
@@ -467,6 +479,10 @@ impl Runner for BoundedRunner {
             }
             Started::Running(handle) => Ok(handle),
         }
+    }
+
+    fn runs_inline(&self, job: &JobRecord) -> bool {
+        self.inner.runs_inline(job)
     }
 
     /// The result comes back to the step, which records it with its next

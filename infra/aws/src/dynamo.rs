@@ -15,6 +15,7 @@
 //! | config snapshot | `snapshot#<hash>` | `snapshot` | `body` |
 //! | application registry | `applications` | `applications` | `names` SS |
 //! | service instance | `instances#<app>` | `instance#<service>/<channel>` | `revision` N, `body`, [`due_pk`, `due_sk`] |
+//! | its last quiet check | `instances#<app>` | `instance#<service>/<channel>#check` | `base` N, `seq` N, `body` |
 //! | job | `job#<job id>` | `job` | `instance` S, `state` S, [`dispatched_at` S], `body`, [`result`] |
 //! | release | `releases#<app>/<service>` | `version#<version>` | `pushed_seq` N, `body` |
 //! | release push order | `releases#<app>/<service>` | `pushed#<seq, 20 digits>` | `version` S, `body` |

@@ -220,6 +220,10 @@ impl Runner for LocalRunner {
         Ok(Some(self.me.handle()))
     }
 
+    fn runs_inline(&self, job: &JobRecord) -> bool {
+        matches!(self.mode, Mode::Inline) && check_local(job).is_ok()
+    }
+
     /// Inline, the job runs here and its result is handed back, not to the
     /// sink: the caller records it. In the background, as `dispatch`.
     async fn start(&self, job: &JobRecord) -> Result<Started> {

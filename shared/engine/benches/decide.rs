@@ -86,6 +86,8 @@ fn fresh(spec: CompiledInstance, now: Timestamp) -> InstanceRecord {
         next_check_at: Some(now),
         controls: InstanceControls::default(),
         updated_at: now,
+        watchdog_at: None,
+        quiet_checks: 0,
     }
 }
 

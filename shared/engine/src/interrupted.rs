@@ -63,6 +63,7 @@ pub async fn note_interrupted(
         next.state.reason = reason.clone();
         next.state.since = Some(now);
         next.state.wait = None;
+        next.watchdog_at = None;
         next.updated_at = now;
         let mut events = vec![Event::for_instance(
             &record.key,

@@ -138,6 +138,11 @@ impl Runner for RunnerRouter {
         self.runner_of(job)?.start(job).await
     }
 
+    fn runs_inline(&self, job: &JobRecord) -> bool {
+        self.runner_of(job)
+            .is_ok_and(|runner| runner.runs_inline(job))
+    }
+
     async fn poll(&self, job: &JobRecord) -> Result<JobProgress> {
         self.runner_of(job)?.poll(job).await
     }

@@ -28,11 +28,14 @@ use vergence_model::{
 
 mod facts;
 mod jobs;
+mod quiet;
 
 pub use facts::load_facts;
 pub use jobs::JobCompletion;
+pub use quiet::QuietChecks;
 
 use jobs::{Handed, ended_with};
+use quiet::Quietly;
 
 /// What one step did.
 #[derive(Clone, Debug, Default)]
@@ -56,6 +59,9 @@ pub struct Engine {
     /// Where jobs' files are kept: a Terraform fetch's plan is read from
     /// it. Without one, such plans cannot be judged.
     artifacts: Option<Arc<dyn ArtifactStore>>,
+    /// Checks that find nothing kept cheap, where the queue can carry the
+    /// next check (see [`QuietChecks`]).
+    quiet: Option<QuietChecks>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -77,7 +83,15 @@ impl Engine {
             runners: Arc::new(runners),
             clock,
             artifacts: None,
+            quiet: None,
         }
+    }
+
+    /// Keeps checks that find nothing cheap: the next check travels as a
+    /// delayed message and the due index only watches (see [`QuietChecks`]).
+    pub fn with_quiet_checks(mut self, quiet: QuietChecks) -> Self {
+        self.quiet = Some(quiet);
+        self
     }
 
     /// Reads the files jobs keep from `artifacts` (a Terraform plan's JSON).
@@ -134,6 +148,34 @@ impl Engine {
             let now = self.clock.now();
             let facts = self.facts(&record, job, now).await?;
             let decision = decide(&record, &facts);
+            if conflicts == 0 && progress.absorbed == 0 {
+                match self.check_quietly(key, &record, &decision, now).await? {
+                    Quietly::Not => {}
+                    Quietly::Done(report) => return Ok(*report),
+                    Quietly::Found(job, result) => {
+                        // Recorded as any fetch is, its result taken up by
+                        // the next decision's write.
+                        match self.persist(&record, &decision, &[], now).await {
+                            Ok((recorded, stored)) => {
+                                progress.events.extend(recorded);
+                                progress.dispatched.push(job.id.clone());
+                                progress.absorbed += 1;
+                                let ended = ended_with(&job, result.clone());
+                                progress.unrecorded.push((*job, result));
+                                known = Some((stored, ended));
+                                continue;
+                            }
+                            // Someone else moved it; what the fetch saw is
+                            // looked at again from their state.
+                            Err(Error::Conflict { .. }) => {
+                                conflicts += 1;
+                                continue;
+                            }
+                            Err(e) => return Err(self.failed_after(key, progress, e).await),
+                        }
+                    }
+                }
+            }
             if decision.is_noop(&record) {
                 // After a result taken up inline, the last decision stored
                 // was never scheduled.
@@ -257,6 +299,8 @@ impl Engine {
         let mut next = record.clone();
         next.state = decision.state.clone();
         next.next_check_at = decision.next_check_at;
+        next.watchdog_at = self.quiet.and_then(|quiet| quiet.watchdog_for(&next, now));
+        next.quiet_checks = 0;
         next.updated_at = now;
         let mut events = decision.events.clone();
         let scope = format!("{}@{}", record.key.storage_id(), record.revision + 1);

@@ -209,6 +209,88 @@ pub struct InstanceRecord {
     #[serde(default)]
     pub controls: InstanceControls,
     pub updated_at: Timestamp,
+    /// When `next_check_at` is a steady-state check that the queue carries
+    /// (a delayed message from the check before), the due index holds this
+    /// later time instead: checks that find nothing then never write the
+    /// index, and it only finds an instance whose chain of messages broke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog_at: Option<Timestamp>,
+    /// How many checks that found nothing the store holds on top of
+    /// `revision` ([`InstanceStore::record_check`]); already applied to
+    /// this record. Never serialized: the store's own bookkeeping.
+    ///
+    /// [`InstanceStore::record_check`]: crate::ports::InstanceStore::record_check
+    #[serde(skip)]
+    pub quiet_checks: u64,
+}
+
+impl InstanceRecord {
+    /// When the due index should find this instance: its next check, or
+    /// the watchdog behind a check the queue carries.
+    pub fn due_at(&self) -> Option<Timestamp> {
+        self.watchdog_at.or(self.next_check_at)
+    }
+
+    /// The record with `check` taken up, as the engine would have stored it.
+    pub fn take_check(&mut self, check: &QuietCheck) {
+        self.state.last_fetch = Some(check.last_fetch.clone());
+        self.state.last_jobs.retain(|j| j.kind != check.job.kind);
+        self.state.last_jobs.push(check.job.clone());
+        self.state.job_seq = check.job_seq;
+        self.next_check_at = Some(check.next_check_at);
+        self.updated_at = check.at;
+    }
+}
+
+/// A steady-state check of a converged instance that found nothing to do:
+/// the only things it changes, so that a store can keep it apart from the
+/// instance, in a small write that leaves the rest of the record alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuietCheck {
+    pub at: Timestamp,
+    pub last_fetch: FetchObservation,
+    /// The fetch, as `status` shows the latest job of its kind. No job
+    /// record is kept for it: its output, when there was any, is only this
+    /// summary's tail.
+    pub job: JobSummary,
+    pub job_seq: u64,
+    pub next_check_at: Timestamp,
+}
+
+impl QuietCheck {
+    /// The check that took `before` to `after` (the state after a fetch
+    /// that ran and ended), if that is all it did: the fetch is the only
+    /// thing it adds, nothing else in the state moved, and the instance is
+    /// still converged with a next check. Anything more (drift, a failed
+    /// fetch, a changed reason) is not quiet and is stored in full.
+    pub fn between(
+        before: &InstanceRecord,
+        after: &InstanceState,
+        next_check_at: Option<Timestamp>,
+        at: Timestamp,
+    ) -> Option<QuietCheck> {
+        let next_check_at = next_check_at?;
+        let last_fetch = after.last_fetch.clone()?;
+        let job = after.last_jobs.last()?.clone();
+        if after.status != Status::Converged
+            || after.in_flight.is_some()
+            || job.kind != JobKind::Fetch
+            || last_fetch.verdict != FetchVerdict::Converged
+        {
+            return None;
+        }
+        let check = QuietCheck {
+            at,
+            last_fetch,
+            job,
+            job_seq: after.job_seq,
+            next_check_at,
+        };
+        let mut replayed = before.clone();
+        replayed.take_check(&check);
+        (replayed.state == *after).then_some(check)
+    }
 }
 
 /// Why an instance is not progressing by itself, so callers such as

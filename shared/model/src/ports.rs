@@ -19,8 +19,8 @@ use crate::error::Result;
 use crate::{
     AgentName, AgentState, AgentWork, AlertState, ApiToken, ApplicationName, Approval,
     ConfigErrors, DeploymentTarget, Desired, Event, EventFilter, InstanceKey, InstanceRecord,
-    JobHandle, JobId, JobRecord, JobResult, LocalProgram, ParamValue, Release, ReleaseChannelName,
-    RunnerSpec, RunnerUse, ServiceName, TokenSubject,
+    JobHandle, JobId, JobRecord, JobResult, LocalProgram, ParamValue, QuietCheck, Release,
+    ReleaseChannelName, RunnerSpec, RunnerUse, ServiceName, TokenSubject,
 };
 
 /// The compiler, as the control operations need it. Implemented by
@@ -209,11 +209,39 @@ pub struct InstanceCommit {
 pub trait InstanceStore: Send + Sync {
     async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>>;
     async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>>;
-    /// Instances whose `next_check_at` is at or before `now`, earliest first.
+    /// Instances whose [`InstanceRecord::due_at`] is at or before `now`,
+    /// earliest first.
     async fn due_instances(&self, now: Timestamp, limit: usize) -> Result<Vec<InstanceKey>>;
     /// Applies the commit atomically if the instance is still at
     /// `expected_revision`; returns the new revision (0 after a delete).
     async fn commit(&self, commit: InstanceCommit) -> Result<u64>;
+
+    /// Records a check of `record` (as read) that found nothing to do:
+    /// the next read of the instance has `check` taken up. `false` when it
+    /// was not recorded because the instance changed since it was read, or
+    /// another check of the same read was recorded first (a duplicate
+    /// message): whoever got there first scheduled what comes next.
+    ///
+    /// The default stores the whole record; a store where a write costs
+    /// by its size keeps the check apart, in a small item that later
+    /// commits of the instance supersede.
+    async fn record_check(&self, record: &InstanceRecord, check: &QuietCheck) -> Result<bool> {
+        let mut next = record.clone();
+        next.take_check(check);
+        next.quiet_checks = 0;
+        let commit = InstanceCommit {
+            change: InstanceChange::Put(Box::new(next)),
+            expected_revision: Some(record.revision),
+            new_jobs: Vec::new(),
+            finished_jobs: Vec::new(),
+            events: Vec::new(),
+        };
+        match self.commit(commit).await {
+            Ok(_) => Ok(true),
+            Err(crate::Error::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// How often a read-change-write of an instance is tried again when
@@ -248,6 +276,9 @@ pub async fn update_instance(
             &format!("{}@{}c", key.storage_id(), expected + 1),
         );
         record.next_check_at = Some(now);
+        // Due now: the index must find it if the message asking for the
+        // step is lost, not a watchdog's time later.
+        record.watchdog_at = None;
         record.updated_at = now;
         let commit = InstanceCommit {
             change: InstanceChange::Put(Box::new(record.clone())),
@@ -480,6 +511,13 @@ pub trait Runner: Send + Sync {
     /// already ended does nothing.
     async fn stop(&self, _job: &JobRecord, _reason: &str) -> Result<()> {
         Ok(())
+    }
+
+    /// Whether [`Runner::start`] runs `job` to its end within the call
+    /// (the worker's local runner). A step can then run a fetch before
+    /// recording anything, and record only what it found.
+    fn runs_inline(&self, _job: &JobRecord) -> bool {
+        false
     }
 
     /// Whether jobs for `spec` can start now. A runner whose jobs go

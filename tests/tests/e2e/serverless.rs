@@ -7,13 +7,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use vergence_e2e::{Harness, applies_started, endpoints, quickstart_copy};
 use vergence_lambda::worker::{Worker, WorkerConfig};
 use vergence_model::ports::{ArtifactStore, JobResultSink, ManualClock, Runner};
-use vergence_model::{JobHandle, JobKind, JobRecord, JobResult, Status};
+use vergence_model::{EventKind, InstanceRecord, JobHandle, JobKind, JobRecord, JobResult, Status};
 use vergence_runner_local::LocalRunner;
 
 /// Applies started per (instance, version), from the audit trail.
@@ -237,7 +237,7 @@ async fn freeform_get_info_reaches_the_api_and_a_fetch_without_status_converges(
 
     // getInfo runs once nothing else does.
     let path = "/v1/applications/shop/services/my-service/release-channels/staging";
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let detail = loop {
         let (status, detail) = call(&api, "GET", path, &admin, None).await;
         assert_eq!(status, 200, "{detail}");
@@ -281,7 +281,7 @@ async fn duplicate_and_concurrent_deliveries_apply_once_per_instance_and_version
         if rng.bool() {
             // Two workers get the same messages at once, as when a
             // visibility timeout runs out while the first is busy.
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_secs(60);
             tokio::join!(
                 first.handle(event.clone(), Some(deadline)),
                 second.handle(event.clone(), Some(deadline))
@@ -569,24 +569,26 @@ async fn requests_per_instance_from_release_through_staging_to_prod() {
 /// instance's new desired state with its event, and a message to step it.
 const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
     ("DynamoDB.BatchWriteItem", 1),
-    ("DynamoDB.GetItem", 4),
+    ("DynamoDB.GetItem", 3),
     ("DynamoDB.PutItem", 1),
+    ("DynamoDB.Query", 1),
     ("DynamoDB.TransactWriteItems", 1),
     ("DynamoDB.UpdateItem", 1),
     ("SQS.SendMessageBatch", 1),
 ];
-/// One step: read the instance, commit the apply job, claim it, run it
+/// One step: read the instance (with its last quiet check), commit the apply job, claim it, run it
 /// inline, commit CONVERGED with its result. No deadline check is sent
 /// for the apply, which ended in the step.
 const STEPS_ONE_CHANNEL: &[(&str, usize)] = &[
-    ("DynamoDB.GetItem", 1),
+    ("DynamoDB.Query", 1),
     ("DynamoDB.TransactWriteItems", 2),
     ("DynamoDB.UpdateItem", 1),
 ];
 const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
     ("DynamoDB.BatchWriteItem", 1),
-    ("DynamoDB.GetItem", 5),
+    ("DynamoDB.GetItem", 3),
     ("DynamoDB.PutItem", 2),
+    ("DynamoDB.Query", 2),
     ("DynamoDB.TransactWriteItems", 1),
     ("DynamoDB.UpdateItem", 1),
     ("SQS.SendMessageBatch", 1),
@@ -595,37 +597,42 @@ const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
 /// records that it waits for staging, the reads of staging behind prod's
 /// precondition, and staging's wake of prod.
 const STEPS_TWO_CHANNELS: &[(&str, usize)] = &[
-    ("DynamoDB.GetItem", 6),
+    ("DynamoDB.Query", 6),
     ("DynamoDB.TransactWriteItems", 5),
     ("DynamoDB.UpdateItem", 2),
     ("SQS.SendMessageBatch", 1),
 ];
 /// One query per due-index shard, one message for the due instance.
 const SCHEDULER_ONE_DUE: &[(&str, usize)] = &[("DynamoDB.Query", 8), ("SQS.SendMessageBatch", 1)];
-/// Read the instance, commit the fetch job, claim it, run it inline,
-/// store the observation with its result (no event: nothing changed), and
-/// send the next poll's message.
-const ONE_STEADY_STATE_POLL: &[(&str, usize)] = &[
-    ("DynamoDB.GetItem", 1),
-    ("DynamoDB.TransactWriteItems", 2),
-    ("DynamoDB.UpdateItem", 1),
+/// A steady-state check that finds nothing: read the instance (with its
+/// last check, in one query), run the fetch inline, write the small check
+/// item, send the next check as a delayed message. No job record, no claim,
+/// no transaction, and the due index untouched.
+const ONE_QUIET_CHECK: &[(&str, usize)] = &[
+    ("DynamoDB.PutItem", 1),
+    ("DynamoDB.Query", 1),
     ("SQS.SendMessageBatch", 1),
 ];
 
-/// A converged instance of a runtime with an exit-code fetch (which finds
-/// nothing to do) polled every 5 minutes, on a manual clock; the queue's
-/// delayed messages stay out of the way (moto delays them in real time), so
-/// each poll is the scheduler's message and what its steps enqueue.
-async fn steadily_polled(
+/// A runtime whose exit-code fetch finds drift while a `drift` file
+/// exists, and whose apply removes it and counts itself in `applied`.
+const STEADY_CONFIG: &str = "runtime:\n  name: checked\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'rm -f drift; echo applied >> applied']\n  fetch:\n    mode: exitCode\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'if [ -e drift ]; then exit 2; fi']\n    pollInterval: 2s\n    steadyStatePollInterval: INTERVAL\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: checked}]\n---\nservice:\n  name: api\n  runtime: checked\n";
+
+/// A converged instance of [`STEADY_CONFIG`] checked every `interval`
+/// (`1s`: on the machine's clock, so that the queue's delayed messages
+/// carry the checks; `5m`: on a manual clock, where they stay out of the
+/// way and only the scheduler's index brings the instance back).
+async fn steadily_checked(
     counter: &vergence_e2e::wire::RequestCounter,
+    interval: &str,
+    clock: Option<Arc<ManualClock>>,
 ) -> (Harness, Worker, tempfile::TempDir) {
     let (dynamodb, sqs) = endpoints().unwrap();
-    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
-    let mut h = Harness::start_with(&dynamodb, &sqs, Some(clock), Some(counter.clone())).await;
+    let mut h = Harness::start_with(&dynamodb, &sqs, clock, Some(counter.clone())).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("vergence.yaml"),
-        "runtime:\n  name: checked\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo applied > applied']\n  fetch:\n    mode: exitCode\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'exit 0']\n    pollInterval: 2s\n    steadyStatePollInterval: 5m\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: checked}]\n---\nservice:\n  name: api\n  runtime: checked\n",
+        STEADY_CONFIG.replace("INTERVAL", interval),
     )
     .unwrap();
     h.control()
@@ -640,88 +647,224 @@ async fn steadily_polled(
     (h, worker, dir)
 }
 
-/// Makes the next poll due and runs it: the scheduler's request counted
-/// apart from the worker's. Returns (scheduler, worker) requests.
-async fn poll_once(
+/// Waits for the next check's delayed message and delivers it; returns
+/// what the worker's step cost.
+async fn check_once(
     h: &mut Harness,
     worker: &Worker,
     counter: &vergence_e2e::wire::RequestCounter,
-) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
-    h.manual
-        .as_ref()
-        .unwrap()
-        .advance(jiff::SignedDuration::from_secs(5 * 60 + 1));
+) -> BTreeMap<String, usize> {
+    let event = h.receive(Duration::from_secs(5)).await;
+    assert_eq!(event.records.len(), 1, "one message carries the next check");
     counter.reset();
-    assert_eq!(h.schedule().await, 1, "the poll is due");
-    let scheduler = counter.snapshot();
-    counter.reset();
-    assert!(h.deliver_until_idle(worker).await >= 1);
-    let steps = counter.snapshot();
-    let instances = h.instances().await;
-    assert_eq!(instances.len(), 1);
-    assert_eq!(instances[0].state.status, Status::Converged);
-    assert!(instances[0].state.in_flight.is_none(), "the fetch ended");
-    (scheduler, steps)
+    let response = h.deliver(worker, event).await;
+    assert!(response.batch_item_failures.is_empty(), "the check failed");
+    counter.snapshot()
 }
 
-/// What one steady-state poll of a converged instance costs: a fetch that
-/// finds nothing to do, run inline by the worker.
+/// The instance, converged and not fetching.
+async fn the_converged_instance(h: &Harness) -> InstanceRecord {
+    let instances = h.instances().await;
+    assert_eq!(instances.len(), 1);
+    let instance = instances.into_iter().next().unwrap();
+    assert_eq!(
+        instance.state.status,
+        Status::Converged,
+        "{}",
+        instance.state.reason
+    );
+    assert!(instance.state.in_flight.is_none(), "the fetch ended");
+    instance
+}
+
+/// What one steady-state check of a converged instance costs when it
+/// finds nothing to do: one read, one small write, one message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_per_steady_state_poll_with_a_fetch() {
     if endpoints().is_none() {
         return;
     }
     let counter = vergence_e2e::wire::RequestCounter::default();
-    let (mut h, worker, _dir) = steadily_polled(&counter).await;
-    // The first poll after converging is a poll like any other, but one
+    let (mut h, worker, _dir) = steadily_checked(&counter, "1s", None).await;
+    // The first check after converging is one like any other, but one
     // more makes sure nothing of the convergence is left in it.
-    poll_once(&mut h, &worker, &counter).await;
-    let (scheduler, steps) = poll_once(&mut h, &worker, &counter).await;
-    bench("serverless_scheduler_one_due", &scheduler);
+    check_once(&mut h, &worker, &counter).await;
+    let before = the_converged_instance(&h).await;
+    let steps = check_once(&mut h, &worker, &counter).await;
     bench("serverless_poll", &steps);
-    assert_counts("the scheduler", &scheduler, SCHEDULER_ONE_DUE);
-    assert_counts("a steady-state poll", &steps, ONE_STEADY_STATE_POLL);
+    assert_counts("a steady-state check", &steps, ONE_QUIET_CHECK);
+    let after = the_converged_instance(&h).await;
+    let (seen, now) = (
+        before.state.last_fetch.unwrap(),
+        after.state.last_fetch.unwrap(),
+    );
+    assert!(
+        now.at > seen.at && now.seq > seen.seq,
+        "the check is on record: {now:?}"
+    );
+    assert!(after.next_check_at > before.next_check_at);
 }
 
-/// Every poll records a fetch job. Ended jobs must not pile up: each job
-/// item is given a TTL when it ends (DynamoDB deletes it one event
-/// retention later), and none is left without one once its poll is over,
-/// so the table holds at most a retention's worth of polls per instance.
+/// Checks that find nothing keep no job records: the instance keeps the
+/// last one's summary, and the table does not grow with every check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_items_of_steady_state_polls_all_expire() {
     if endpoints().is_none() {
         return;
     }
-    const POLLS: usize = 20;
+    const CHECKS: usize = 5;
     let counter = vergence_e2e::wire::RequestCounter::default();
-    let (mut h, worker, _dir) = steadily_polled(&counter).await;
+    let (mut h, worker, _dir) = steadily_checked(&counter, "1s", None).await;
     let before = h.job_items().await.len();
-    for _ in 0..POLLS {
-        poll_once(&mut h, &worker, &counter).await;
+    let mut last = None;
+    for _ in 0..CHECKS {
+        check_once(&mut h, &worker, &counter).await;
+        let instance = the_converged_instance(&h).await;
+        let fetch = instance
+            .state
+            .last_jobs
+            .iter()
+            .find(|job| job.kind == JobKind::Fetch)
+            .cloned()
+            .unwrap();
+        assert_ne!(
+            Some(&fetch.job_id),
+            last.as_ref(),
+            "each check is summarised"
+        );
+        last = Some(fetch.job_id);
     }
     let items = h.job_items().await;
-    let ttl = vergence_aws::dynamo::table::TTL;
-    // Jobs' TTLs are set from the machine's clock, not the manual one.
-    let latest =
-        jiff::Timestamp::now().as_second() + vergence_aws::DEFAULT_EVENT_RETENTION.as_secs() + 60;
-    let without_ttl = items
-        .iter()
-        .filter(|item| {
-            let Some(aws_sdk_dynamodb::types::AttributeValue::N(at)) = item.get(ttl) else {
-                return true;
-            };
-            assert!(
-                at.parse::<i64>().unwrap() <= latest,
-                "expires too late: {at}"
-            );
-            false
-        })
-        .count();
     println!(
-        "BENCH serverless_job_rows polls={POLLS} job_items={} new_job_items={} without_ttl={without_ttl}",
+        "BENCH serverless_job_rows polls={CHECKS} job_items={} new_job_items={}",
         items.len(),
         items.len() - before
     );
-    assert_eq!(items.len() - before, POLLS, "one fetch job per poll");
-    assert_eq!(without_ttl, 0, "every ended job expires");
+    assert_eq!(
+        items.len(),
+        before,
+        "no job item per check that found nothing"
+    );
+}
+
+/// A cheaper check does not hide drift: the check that finds it records
+/// its fetch as every job is recorded, and the drift is applied away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_check_that_finds_drift_applies_it_away() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, dir) = steadily_checked(&counter, "1s", None).await;
+    check_once(&mut h, &worker, &counter).await;
+    let jobs_before = h.job_items().await.len();
+    std::fs::write(dir.path().join("drift"), "").unwrap();
+    check_once(&mut h, &worker, &counter).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dir.path().join("drift").exists()
+        || h.instances().await[0].state.status != Status::Converged
+    {
+        assert!(Instant::now() < deadline, "the drift was not applied away");
+        let event = h.receive(Duration::from_secs(2)).await;
+        if !event.records.is_empty() {
+            h.deliver(&worker, event).await;
+        }
+    }
+    let applied = std::fs::read_to_string(dir.path().join("applied")).unwrap();
+    // The first fetch found nothing to apply; the drift is applied once.
+    assert_eq!(
+        applied.lines().count(),
+        1,
+        "applied for the drift: {applied}"
+    );
+    assert!(
+        h.job_items().await.len() >= jobs_before + 2,
+        "the fetch that found the drift and the apply are recorded"
+    );
+    let events = h.events().await;
+    assert!(
+        events.iter().any(|e| matches!(
+            e.kind,
+            EventKind::JobFinished {
+                job: JobKind::Fetch,
+                ..
+            }
+        )),
+        "the drift is on record: {events:#?}"
+    );
+}
+
+/// SQS delivers a message at least once: a check delivered twice runs its
+/// fetch twice at most, and only one chain of checks goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_delivered_twice_goes_on_once() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) = steadily_checked(&counter, "1s", None).await;
+    check_once(&mut h, &worker, &counter).await;
+    let event = h.receive(Duration::from_secs(5)).await;
+    assert_eq!(event.records.len(), 1);
+    h.deliver(&worker, event.clone()).await;
+    counter.reset();
+    h.deliver(&worker, event).await;
+    let duplicate = counter.snapshot();
+    assert_eq!(
+        duplicate.get("SQS.SendMessageBatch"),
+        None,
+        "the duplicate sends no second next check: {duplicate:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let next = h.receive(Duration::from_secs(3)).await;
+    assert_eq!(next.records.len(), 1, "one chain of checks");
+}
+
+/// The due index only watches a chain of checks: it does not bring a
+/// carried check back, but finds an instance whose chain broke an hour
+/// later, and that check starts the chain again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_chain_of_checks_is_found_by_the_scheduler() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let clock = Arc::new(ManualClock::new(jiff::Timestamp::now()));
+    let (mut h, worker, _dir) = steadily_checked(&counter, "5m", Some(clock.clone())).await;
+    // The delayed message of the next check is lost.
+    h.sqs
+        .purge_queue()
+        .queue_url(&h.queue_url)
+        .send()
+        .await
+        .unwrap();
+    clock.advance(jiff::SignedDuration::from_secs(5 * 60 + 1));
+    assert_eq!(
+        h.schedule().await,
+        0,
+        "the check is the queue's, not the index's"
+    );
+    clock.advance(jiff::SignedDuration::from_hours(1));
+    counter.reset();
+    assert_eq!(h.schedule().await, 1, "the watchdog finds it");
+    let scheduler = counter.snapshot();
+    bench("serverless_scheduler_one_due", &scheduler);
+    assert_counts("the scheduler", &scheduler, SCHEDULER_ONE_DUE);
+    let before = the_converged_instance(&h).await;
+    counter.reset();
+    assert_eq!(h.deliver_until_idle(&worker).await, 1);
+    let steps = counter.snapshot();
+    // The whole instance is written again, with the watchdog moved on.
+    assert_counts(
+        "a check that moves the watchdog",
+        &steps,
+        &[
+            ("DynamoDB.PutItem", 1),
+            ("DynamoDB.Query", 1),
+            ("SQS.SendMessageBatch", 1),
+        ],
+    );
+    let after = the_converged_instance(&h).await;
+    assert!(after.watchdog_at > before.watchdog_at, "{after:?}");
+    assert!(after.revision > before.revision);
 }

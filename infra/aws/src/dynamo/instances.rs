@@ -1,6 +1,13 @@
 //! Service instances: every write conditional on the revision read, written
 //! atomically with the jobs and events its decision implies; and the sparse,
 //! sharded due index the scheduler queries.
+//!
+//! A steady-state check that found nothing ([`QuietCheck`]) is kept in a
+//! small item of its own next to the instance (`…#check`), so that it costs
+//! one write unit instead of rewriting the whole record and its index entry.
+//! The check item names the revision it was made on: a later write of the
+//! instance (which carries the check's fields, read with it) supersedes it,
+//! and a reader takes it up only while the instance is at that revision.
 
 use std::collections::HashSet;
 
@@ -9,8 +16,10 @@ use futures::future::try_join_all;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
+use std::collections::HashMap;
+
 use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
-use vergence_model::{ApplicationName, InstanceKey, InstanceRecord};
+use vergence_model::{ApplicationName, InstanceKey, InstanceRecord, QuietCheck};
 
 use super::events::event_item;
 use super::jobs::{expire, finish_write, job_item};
@@ -24,6 +33,14 @@ type Result<T> = vergence_model::Result<T>;
 
 const REVISION: &str = "revision";
 const BODY: &str = "body";
+/// The check item's revision of the instance it was made on.
+const BASE: &str = "base";
+/// The check item's count of checks on that revision.
+const SEQ: &str = "seq";
+/// What follows an instance's sort key in its check item's. No name may
+/// contain `#`, and `-` sorts after it: between an instance's key and its
+/// check item's there is no other item.
+const CHECK_SUFFIX: &str = "#check";
 /// DynamoDB's limit on the writes in one transaction.
 const TRANSACTION_ITEMS: usize = 100;
 /// DynamoDB's 4 MB limit on a transaction, less a margin for what the size
@@ -46,16 +63,21 @@ fn due_shard(id: &str) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % DUE_SHARDS
 }
 
+fn check_sk(instance: &InstanceKey) -> String {
+    format!("{}{CHECK_SUFFIX}", instance_sk(instance))
+}
+
 fn instance_item(record: &InstanceRecord, revision: u64) -> std::result::Result<Item, AwsError> {
     let instance = &record.key;
     let mut stored = record.clone();
     stored.revision = revision;
+    stored.quiet_checks = 0;
     let mut item = key(instance_pk(&instance.application), instance_sk(instance));
     item.insert(REVISION.to_owned(), n(revision));
     let body = inline_body("commit", || format!("instance {instance}"), &stored)?;
     item.insert(BODY.to_owned(), body);
     // Only instances waiting for a time carry the index keys: the index stays sparse.
-    if let Some(at) = record.next_check_at {
+    if let Some(at) = record.due_at() {
         let id = instance.storage_id();
         item.insert(DUE_PK.to_owned(), s(format!("due#{}", due_shard(&id))));
         item.insert(
@@ -66,14 +88,50 @@ fn instance_item(record: &InstanceRecord, revision: u64) -> std::result::Result<
     Ok(item)
 }
 
+/// The instance in `item`, with the check in `check` taken up when it was
+/// made on the instance's revision.
 fn decode_instance(
     operation: &'static str,
     item: &Item,
+    check: Option<&Item>,
 ) -> std::result::Result<InstanceRecord, AwsError> {
     let body = get_attr(operation, item, BODY)?;
     let mut record: InstanceRecord = decode_inline(operation, &describe(item), body)?;
     record.revision = get_u64(operation, item, REVISION)?;
+    if let Some(check) = check
+        && get_u64(operation, check, BASE)? == record.revision
+    {
+        let quiet: QuietCheck = decode_inline(
+            operation,
+            &describe(check),
+            get_attr(operation, check, BODY)?,
+        )?;
+        record.take_check(&quiet);
+        record.quiet_checks = get_u64(operation, check, SEQ)?;
+    }
     Ok(record)
+}
+
+/// A check of `record` as its own item: conditional on no later check of
+/// the same revision, and on no check of a later one.
+fn check_write(
+    record: &InstanceRecord,
+    check: &QuietCheck,
+) -> std::result::Result<Write, AwsError> {
+    let instance = &record.key;
+    let mut item = key(instance_pk(&instance.application), check_sk(instance));
+    item.insert(BASE.to_owned(), n(record.revision));
+    item.insert(SEQ.to_owned(), n(record.quiet_checks + 1));
+    let body = inline_body("record_check", || format!("check of {instance}"), check)?;
+    item.insert(BODY.to_owned(), body);
+    let condition = Expression::new(
+        "attribute_not_exists(#base) OR #base < :base OR (#base = :base AND #seq = :seq)",
+    )
+    .name("#base", BASE)
+    .name("#seq", SEQ)
+    .value(":base", n(record.revision))
+    .value(":seq", n(record.quiet_checks));
+    Ok(Write::put(item, Some(condition)))
 }
 
 /// The instance's own write, conditional on the revision read, and the
@@ -95,10 +153,24 @@ fn instance_write(commit: &InstanceCommit) -> std::result::Result<(Write, u64), 
     })
 }
 
+/// The check item goes with its instance: one added again later starts at
+/// revision 1, which an old check of revision 1 must not be taken for.
+fn check_delete(commit: &InstanceCommit) -> Option<Write> {
+    let InstanceChange::Delete(instance) = &commit.change else {
+        return None;
+    };
+    Some(Write::Delete {
+        key: key(instance_pk(&instance.application), check_sk(instance)),
+        condition: None,
+    })
+}
+
 /// What the write at `index` of a commit's transaction, which lost its
 /// condition, stands for.
 fn lost_write(commit: &InstanceCommit, index: usize) -> String {
-    let Some(job) = index.checked_sub(1) else {
+    // A delete's second write, its check item's, has no condition.
+    let first_job = 1 + usize::from(check_delete(commit).is_some());
+    let Some(job) = index.checked_sub(first_job) else {
         return format!("instance {}", commit.change.key());
     };
     if let Some(job) = commit.new_jobs.get(job) {
@@ -125,6 +197,7 @@ impl DynamoStore {
         let instance = commit.change.key();
         let (write, revision) = instance_write(commit)?;
         let mut writes = vec![write];
+        writes.extend(check_delete(commit));
         let mut parts = Vec::new();
         let mut job_ids = HashSet::new();
         for job in &commit.new_jobs {
@@ -250,15 +323,63 @@ impl DynamoStore {
             async move { self.query_prefix("list_instances", &pk, prefix).await }
         }))
         .await?;
-        let mut records = Vec::new();
+        let mut instances = Vec::new();
+        let mut checks = HashMap::new();
         for item in pages.iter().flatten() {
-            let record = decode_instance("list_instances", item)?;
+            let sk = super::get_s("list_instances", item, super::table::SK)?;
+            match sk.strip_suffix(CHECK_SUFFIX) {
+                Some(instance) => {
+                    checks.insert(instance.to_owned(), item);
+                }
+                None => instances.push((sk, item)),
+            }
+        }
+        let mut records = Vec::new();
+        for (sk, item) in instances {
+            let check = checks.get(sk).copied();
+            let record = decode_instance("list_instances", item, check)?;
             if filter.matches(&record.key) {
                 records.push(record);
             }
         }
         records.sort_by_cached_key(|record| record.key.storage_id());
         Ok(records)
+    }
+
+    /// The instance and its check item, in one request (the two are
+    /// adjacent in the sort order).
+    async fn instance_with_check(
+        &self,
+        instance: &InstanceKey,
+    ) -> std::result::Result<Option<InstanceRecord>, AwsError> {
+        const OPERATION: &str = "get_instance";
+        let sk = instance_sk(instance);
+        let check = check_sk(instance);
+        let items: Vec<Item> = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :instance AND :check")
+            .expression_attribute_names("#pk", super::table::PK)
+            .expression_attribute_names("#sk", super::table::SK)
+            .expression_attribute_values(":pk", s(instance_pk(&instance.application)))
+            .expression_attribute_values(":instance", s(&sk))
+            .expression_attribute_values(":check", s(&check))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| AwsError::dynamo(OPERATION, e))?;
+        let find = |wanted: &str| {
+            items.iter().find(|item| {
+                matches!(item.get(super::table::SK), Some(aws_sdk_dynamodb::types::AttributeValue::S(sk)) if sk == wanted)
+            })
+        };
+        find(&sk)
+            .map(|item| decode_instance(OPERATION, item, find(&check)))
+            .transpose()
     }
 
     #[tracing::instrument(skip(self))]
@@ -330,11 +451,15 @@ impl DynamoStore {
 impl InstanceStore for DynamoStore {
     #[tracing::instrument(name = "dynamodb.get_instance", level = "debug", skip_all, fields(instance = %instance))]
     async fn get_instance(&self, instance: &InstanceKey) -> Result<Option<InstanceRecord>> {
-        let key = key(instance_pk(&instance.application), instance_sk(instance));
-        let item = self.get_item("get_instance", key).await?;
-        Ok(item
-            .map(|item| decode_instance("get_instance", &item))
-            .transpose()?)
+        Ok(self.instance_with_check(instance).await?)
+    }
+
+    async fn record_check(&self, record: &InstanceRecord, check: &QuietCheck) -> Result<bool> {
+        let write = check_write(record, check)?;
+        Ok(match self.write_one("record_check", write).await? {
+            Outcome::Written => true,
+            Outcome::Lost { .. } => false,
+        })
     }
 
     #[tracing::instrument(name = "dynamodb.list_instances", level = "debug", skip_all, fields(filter = ?filter))]

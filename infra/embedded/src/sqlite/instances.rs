@@ -116,7 +116,7 @@ impl InstanceStore for SqliteStore {
                             key.service.as_str(),
                             key.release_channel.as_str(),
                             next,
-                            stored.next_check_at.map(millis),
+                            stored.due_at().map(millis),
                             to_json("commit", &stored)?
                         ],
                     )

@@ -102,6 +102,8 @@ impl Sim {
                 next_check_at: Some(now),
                 controls: InstanceControls::default(),
                 updated_at: now,
+                watchdog_at: None,
+                quiet_checks: 0,
             },
             now,
             upstream: BTreeMap::new(),

@@ -392,3 +392,127 @@ pub async fn concurrent_writers_of_one_revision_have_exactly_one_winner(
         );
     }
 }
+
+/// A check of a converged instance that found nothing.
+fn quiet_check(at: i64, job_seq: u64) -> QuietCheck {
+    QuietCheck {
+        at: t(at),
+        last_fetch: FetchObservation {
+            at: t(at),
+            seq: job_seq,
+            version: "v1".parse().expect("version"),
+            verdict: FetchVerdict::Converged,
+            summary: "nothing to do".into(),
+            takeovers: Vec::new(),
+        },
+        job: JobSummary {
+            job_id: JobId(format!("fetch-{job_seq}")),
+            kind: JobKind::Fetch,
+            version: "v1".parse().expect("version"),
+            attempt: 1,
+            outcome: JobOutcome::Exited,
+            exit_code: Some(0),
+            finished_at: t(at),
+            duration_ms: 5,
+            stderr_tail: String::new(),
+        },
+        job_seq,
+        next_check_at: t(at + 300),
+    }
+}
+
+pub async fn a_quiet_check_is_read_back_until_the_instance_is_written_again(
+    store: Arc<dyn StateStore>,
+) {
+    let k = key("shop", "web", "prod");
+    let other = key("shop", "web", "prod-eu");
+    store
+        .commit(put(record(&other, None), None))
+        .await
+        .expect("create the neighbour");
+    store
+        .commit(put(record(&k, Some(t(10))), None))
+        .await
+        .expect("create");
+    let read = store.get_instance(&k).await.expect("get").expect("exists");
+
+    assert!(
+        store
+            .record_check(&read, &quiet_check(20, 1))
+            .await
+            .expect("check")
+    );
+    let checked = store.get_instance(&k).await.expect("get").expect("exists");
+    let mut expected = read.clone();
+    expected.take_check(&quiet_check(20, 1));
+    assert_eq!(checked.state, expected.state, "the check is read back");
+    assert_eq!(checked.next_check_at, Some(t(320)));
+    let listed = store
+        .list_instances(&InstanceFilter::default())
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 2, "a check is no instance of its own");
+    let listed = listed.iter().find(|r| r.key == k).expect("listed");
+    assert_eq!(listed.state, checked.state, "listed with its check");
+    let neighbour = store
+        .get_instance(&other)
+        .await
+        .expect("get")
+        .expect("exists");
+    assert!(neighbour.state.last_fetch.is_none(), "not the neighbour's");
+
+    // A duplicate of the same check, made from the same read, loses.
+    assert!(
+        !store
+            .record_check(&read, &quiet_check(21, 1))
+            .await
+            .expect("duplicate")
+    );
+    // The next one, made from the read that has the first, is recorded.
+    assert!(
+        store
+            .record_check(&checked, &quiet_check(320, 2))
+            .await
+            .expect("next check")
+    );
+    let checked = store.get_instance(&k).await.expect("get").expect("exists");
+    assert_eq!(checked.state.job_seq, 2);
+
+    // A full write of the instance, from a read with the check, carries it
+    // on; a check made from the read before that write is not taken up.
+    let mut changed = checked.clone();
+    changed.state.reason = "written again".into();
+    store
+        .commit(put(changed, Some(checked.revision)))
+        .await
+        .expect("write again");
+    let stale = store
+        .record_check(&checked, &quiet_check(620, 3))
+        .await
+        .expect("stale");
+    let read = store.get_instance(&k).await.expect("get").expect("exists");
+    assert_eq!(read.state.reason, "written again");
+    assert_eq!(
+        read.state.job_seq, 2,
+        "the stale check is not taken up (recorded: {stale})"
+    );
+    assert_eq!(read.next_check_at, Some(t(620)));
+
+    // Deleted and added again, the instance has none of its old checks.
+    store
+        .commit(InstanceCommit {
+            change: InstanceChange::Delete(k.clone()),
+            expected_revision: Some(read.revision),
+            new_jobs: Vec::new(),
+            finished_jobs: Vec::new(),
+            events: Vec::new(),
+        })
+        .await
+        .expect("delete");
+    store
+        .commit(put(record(&k, None), None))
+        .await
+        .expect("add again");
+    let fresh = store.get_instance(&k).await.expect("get").expect("exists");
+    assert!(fresh.state.last_fetch.is_none(), "no old check: {fresh:?}");
+}

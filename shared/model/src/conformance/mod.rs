@@ -39,6 +39,7 @@ macro_rules! store_conformance_tests {
             a_commit_writes_instance_jobs_and_events_together,
             an_existing_job_id_fails_the_whole_commit,
             deleting_an_instance_is_conditional_too,
+            a_quiet_check_is_read_back_until_the_instance_is_written_again,
             instances_are_listed_by_filter,
             due_instances_are_the_ones_whose_time_has_come_earliest_first,
             a_job_is_claimed_once_and_finished_once,
@@ -94,6 +95,8 @@ pub fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRe
         next_check_at,
         controls: Default::default(),
         updated_at: t(0),
+        watchdog_at: None,
+        quiet_checks: 0,
     }
 }
 

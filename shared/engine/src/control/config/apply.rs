@@ -156,6 +156,8 @@ impl Control {
             next_check_at: Some(now),
             controls: Default::default(),
             updated_at: now,
+            watchdog_at: None,
+            quiet_checks: 0,
         };
         let mut events = vec![Event::for_instance(
             key,
