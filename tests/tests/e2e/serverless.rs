@@ -451,6 +451,29 @@ fn bench(name: &str, counts: &BTreeMap<String, usize>) -> (usize, usize) {
     (dynamodb, sqs_sends)
 }
 
+/// What docs/cost.md prices, as one line for scripts/bench.py:
+/// DynamoDB request units (`ReturnConsumedCapacity`, see tests/src/wire.rs),
+/// SQS requests of every kind, and the function's wall time.
+fn bench_cost(
+    name: &str,
+    counts: &BTreeMap<String, usize>,
+    capacity: vergence_e2e::wire::Capacity,
+    time: Duration,
+    invocations: usize,
+) {
+    let sqs: usize = counts
+        .iter()
+        .filter(|(op, _)| op.starts_with("SQS."))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "BENCH {name} rru={} wru={} sqs_requests={sqs} ms={:.3} invocations={invocations}",
+        capacity.read,
+        capacity.write,
+        time.as_secs_f64() * 1e3
+    );
+}
+
 /// `counts` is exactly `expected`: a change in what a phase costs shows as
 /// a failed test, up or down, and the expectation is updated on purpose.
 fn assert_counts(phase: &str, counts: &BTreeMap<String, usize>, expected: &[(&str, usize)]) {
@@ -676,9 +699,32 @@ async fn requests_per_steady_state_poll_with_a_fetch() {
     // The first poll after converging is a poll like any other, but one
     // more makes sure nothing of the convergence is left in it.
     poll_once(&mut h, &worker, &counter).await;
+    h.count_worker_logs();
+    h.take_spent();
     let (scheduler, steps) = poll_once(&mut h, &worker, &counter).await;
+    let check = counter.capacity();
+    let spent = h.take_spent();
     bench("serverless_scheduler_one_due", &scheduler);
     bench("serverless_poll", &steps);
+    bench_cost(
+        "cost_check",
+        &steps,
+        check,
+        spent.worker,
+        spent.worker_invocations,
+    );
+    println!("BENCH cost_check_logs log_bytes={}", spent.worker_log_bytes);
+    // The scheduler's run with nothing due: what every minute costs.
+    counter.reset();
+    assert_eq!(h.schedule().await, 0, "nothing is due");
+    let spent = h.take_spent();
+    bench_cost(
+        "cost_scheduler_idle",
+        &counter.snapshot(),
+        counter.capacity(),
+        spent.scheduler,
+        spent.scheduler_invocations,
+    );
     assert_counts("the scheduler", &scheduler, SCHEDULER_ONE_DUE);
     assert_counts("a steady-state poll", &steps, ONE_STEADY_STATE_POLL);
 }
