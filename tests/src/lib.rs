@@ -301,10 +301,11 @@ impl Harness {
         let event: EventBridgeEvent = serde_json::from_str(&raw).unwrap();
         let started = Instant::now();
         let result = scheduler::handle(&self.deployment, event).await;
-        let mut spent = self.spent.lock().unwrap();
-        spent.scheduler += started.elapsed();
-        spent.scheduler_invocations += 1;
-        drop(spent);
+        {
+            let mut spent = self.spent.lock().unwrap();
+            spent.scheduler += started.elapsed();
+            spent.scheduler_invocations += 1;
+        }
         result.map(|r| r.enqueued).map_err(|e| e.to_string())
     }
 
@@ -370,10 +371,11 @@ impl Harness {
             }
             None => worker.handle(event.clone(), Some(deadline)).await,
         };
-        let mut spent = self.spent.lock().unwrap();
-        spent.worker += started.elapsed();
-        spent.worker_invocations += 1;
-        drop(spent);
+        {
+            let mut spent = self.spent.lock().unwrap();
+            spent.worker += started.elapsed();
+            spent.worker_invocations += 1;
+        }
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()
