@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -312,8 +313,15 @@ def decide_per_second(ctx: "Context") -> list[Row]:
     return rows
 
 
-def serverless_counts(ctx: "Context") -> list[Row]:
-    """Requests counted at the wire by the tests that assert them."""
+_BENCH_LINES: dict[str, dict[str, str]] | None = None
+
+
+def bench_lines() -> dict[str, dict[str, str]]:
+    """The `BENCH name key=value ...` lines of the tests that count requests
+    at the wire (run once for the `requests` and `cost` rows)."""
+    global _BENCH_LINES
+    if _BENCH_LINES is not None:
+        return _BENCH_LINES
     args = [
         "cargo",
         "test",
@@ -329,6 +337,7 @@ def serverless_counts(ctx: "Context") -> list[Row]:
         "1",
         "serverless::requests_per",
         "serverless::job_items",
+        "agent_poll_cost::",
     ]
     say("$ " + " ".join(args))
     proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
@@ -343,6 +352,14 @@ def serverless_counts(ctx: "Context") -> list[Row]:
             "bench: the request-count tests printed no BENCH lines; are DynamoDB Local and moto running "
             "(scripts/services.sh start; . .tools/services.env)?\n" + proc.stdout[-2000:]
         )
+    _BENCH_LINES = bench
+    return bench
+
+
+def serverless_counts(ctx: "Context") -> list[Row]:
+    """Requests counted at the wire by the tests that assert them."""
+    bench = bench_lines()
+
     def value(name: str, key: str) -> float | None:
         raw = bench.get(name, {}).get(key)
         return None if raw is None else float(raw)
@@ -393,6 +410,209 @@ def serverless_counts(ctx: "Context") -> list[Row]:
                 without_ttl == 0,
             )
         )
+    return rows
+
+
+# --- cost ------------------------------------------------------------------------
+
+# Published on-demand prices, us-east-1, as of PRICES_DATE (docs/cost.md).
+# Taken from AWS's pricing pages as published on that date; change them
+# here and in docs/cost.md together.
+PRICES_DATE = "2026-11-28"
+PRICES_REGION = "us-east-1"
+PRICES = {
+    # DynamoDB on-demand (after the November 2024 price cut).
+    "dynamodb_per_million_write_units": 0.625,
+    "dynamodb_per_million_read_units": 0.125,
+    # SQS standard queue, per request (a batch of up to 10 is one request).
+    "sqs_per_million_requests": 0.40,
+    # Lambda, arm64.
+    "lambda_per_gb_second": 0.0000133334,
+    "lambda_per_million_requests": 0.20,
+    # EventBridge Scheduler invocations.
+    "scheduler_per_million_invocations": 1.00,
+    # CloudWatch Logs ingestion (standard).
+    "logs_per_gb_ingested": 0.50,
+    # API Gateway HTTP API, first 300 million requests a month.
+    "http_api_per_million_requests": 1.00,
+}
+# What the model assumes besides the measured counts (docs/cost.md says why).
+HOURS_PER_MONTH = 730  # AWS's pricing calculator's month
+SQS_MAX_DELAY_SECONDS = 900  # later checks are found by the scheduler
+# Lambda's own lines per invocation (START, END, REPORT, and the X-Ray
+# trace line with `Tracing: Active`), in bytes.
+LAMBDA_PLATFORM_LOG_BYTES = 350
+# The SQS event source mapping's pollers long-poll an idle queue: 5 of
+# them, one 20 s ReceiveMessage each at a time.
+ESM_IDLE_POLLERS = 5
+ESM_RECEIVE_WAIT_SECONDS = 20
+# An agent's poll before this round wrote the agent's record each time.
+OLD_AGENT_POLL_WRITE_UNITS = 1.0
+OLD_AGENT_POLL_WAIT_SECONDS = 20
+AGENT_POLL_INTERVAL_SECONDS = 2  # vergence-agent's --poll-interval-seconds
+AGENT_RECORD_WRITTEN_EVERY_SECONDS = 30  # runtimes/kubernetes/src/desk.rs
+
+
+def template_settings() -> dict:
+    """The template's memory sizes, batch size and schedule, read from
+    template.yaml so the table follows it."""
+    text = (ROOT / "template.yaml").read_text()
+    default_mb = int(re.search(r"^Globals:.*?MemorySize: (\d+)", text, re.S | re.M)[1])
+
+    def function_mb(name: str) -> int:
+        block = re.search(rf"^  {name}:\n(.*?)(?=^  \S)", text, re.S | re.M)
+        found = block and re.search(r"^      MemorySize: (\d+)", block[1], re.M)
+        return int(found[1]) if found else default_mb
+
+    rate = re.search(r"ScheduleExpression: rate\((\d+) minutes?\)", text)
+    return {
+        "worker_mb": function_mb("WorkerFunction"),
+        "scheduler_mb": function_mb("SchedulerFunction"),
+        "api_mb": function_mb("ApiFunction"),
+        "batch": int(re.search(r"BatchSize: (\d+)", text)[1]),
+        "schedule_minutes": int(rate[1]),
+    }
+
+
+def lambda_cost(ms: float, mb: int) -> float:
+    """Duration and request of one invocation of `ms` milliseconds."""
+    billed = math.ceil(ms) / 1000 * mb / 1024
+    return billed * PRICES["lambda_per_gb_second"] + PRICES["lambda_per_million_requests"] / 1e6
+
+
+def cost_model(bench: dict) -> dict:
+    """Dollars per check and fixed dollars per month, from the BENCH lines."""
+    t = template_settings()
+
+    def num(name: str, key: str) -> float:
+        try:
+            return float(bench[name][key])
+        except KeyError:
+            raise SystemExit(f"bench: no {key} in a BENCH {name} line: is the test printing it?")
+
+    m = 1e6
+    check = {
+        "dynamodb": num("cost_check", "rru") * PRICES["dynamodb_per_million_read_units"] / m
+        + num("cost_check", "wru") * PRICES["dynamodb_per_million_write_units"] / m,
+        # The worker's own sends, and the event source mapping's receive
+        # and delete, one of each per batch.
+        "sqs": (num("cost_check", "sqs_requests") + 2 / t["batch"]) * PRICES["sqs_per_million_requests"] / m,
+        # One batch of `batch` checks is one invocation; the worker steps
+        # its messages one after the other, so it lasts `batch` checks.
+        "lambda": (num("cost_check", "ms") / num("cost_check", "invocations")) / 1000 * t["worker_mb"] / 1024
+        * PRICES["lambda_per_gb_second"]
+        + PRICES["lambda_per_million_requests"] / m / t["batch"],
+        "logs": (num("cost_check_logs", "log_bytes") + LAMBDA_PLATFORM_LOG_BYTES / t["batch"])
+        / 1e9 * PRICES["logs_per_gb_ingested"],
+    }
+    # A check beyond SQS's delay is found by the scheduler and sent in a
+    # batch of 10 (the worker's own send is still counted: an upper bound).
+    late_check_sqs = PRICES["sqs_per_million_requests"] / m / 10
+    month_seconds = HOURS_PER_MONTH * 3600
+    ticks = month_seconds / 60 / t["schedule_minutes"]
+    scheduler_ms = num("cost_scheduler_idle", "ms") / num("cost_scheduler_idle", "invocations")
+    fixed = {
+        "scheduler": ticks
+        * (
+            PRICES["scheduler_per_million_invocations"] / m
+            + lambda_cost(scheduler_ms, t["scheduler_mb"])
+            + num("cost_scheduler_idle", "rru") * PRICES["dynamodb_per_million_read_units"] / m
+            + LAMBDA_PLATFORM_LOG_BYTES / 1e9 * PRICES["logs_per_gb_ingested"]
+        ),
+        "queue polling": ESM_IDLE_POLLERS * month_seconds / ESM_RECEIVE_WAIT_SECONDS
+        * PRICES["sqs_per_million_requests"] / m,
+    }
+    return {"check": check, "late_check_sqs": late_check_sqs, "fixed": fixed, "month_seconds": month_seconds}
+
+
+def monthly(model: dict, instances: int, interval_minutes: int) -> float:
+    checks = instances * model["month_seconds"] / (interval_minutes * 60)
+    per_check = sum(model["check"].values())
+    if interval_minutes * 60 > SQS_MAX_DELAY_SECONDS:
+        per_check += model["late_check_sqs"]
+    return checks * per_check + sum(model["fixed"].values())
+
+
+def agent_costs(bench: dict) -> dict:
+    """One idle vergence-agent a month: before (20 s holds) and now (a poll
+    every 2 s answered at once), through the template's HTTP API and
+    without it (a Lambda function URL)."""
+    t = template_settings()
+    m = 1e6
+    poll = bench["cost_agent_poll"]
+    held = bench["cost_agent_held_poll"]
+    rru, ms, log = float(poll["rru"]), float(poll["ms"]), float(poll["log_bytes"])
+    looks = float(held["looks"])
+    per_look = (float(held["rru"]) - rru) / (looks - 1)
+    month = HOURS_PER_MONTH * 3600
+
+    def per_month(polls: float, ms: float, rru: float, wru: float, gateway: bool) -> float:
+        each = (
+            lambda_cost(ms, t["api_mb"])
+            + rru * PRICES["dynamodb_per_million_read_units"] / m
+            + wru * PRICES["dynamodb_per_million_write_units"] / m
+            + (log + LAMBDA_PLATFORM_LOG_BYTES) / 1e9 * PRICES["logs_per_gb_ingested"]
+            + (PRICES["http_api_per_million_requests"] / m if gateway else 0)
+        )
+        return polls * each
+
+    old_wait = OLD_AGENT_POLL_WAIT_SECONDS
+    old = per_month(
+        month / old_wait, old_wait * 1000 + ms, rru + (old_wait - 1) * per_look, OLD_AGENT_POLL_WRITE_UNITS, True
+    )
+    interval = AGENT_POLL_INTERVAL_SECONDS
+    writes = interval / AGENT_RECORD_WRITTEN_EVERY_SECONDS
+    new = per_month(month / interval, ms, rru, writes, True)
+    direct = per_month(month / interval, ms, rru, writes, False)
+    return {"old": old, "new": new, "direct": direct, "polls": month / interval}
+
+
+SERVICES = [100, 1000, 10000]
+CHANNELS = 3
+INTERVALS = [1, 5, 30]
+
+
+def cost_rows(ctx: "Context") -> list[Row]:
+    """docs/cost.md's table: dollars a month from the counts measured at the
+    wire times the published prices."""
+    bench = bench_lines()
+    model = cost_model(bench)
+    rows = []
+    for services in SERVICES:
+        cells = [f"{i} min ${monthly(model, services * CHANNELS, i):,.2f}" for i in INTERVALS]
+        target = services == 1000
+        value = monthly(model, services * CHANNELS, 5)
+        rows.append(
+            Row(
+                f"$/month, {services:,} services x {CHANNELS} channels, drift checks every 1 / 5 / 30 min "
+                f"({PRICES_REGION} on-demand prices of {PRICES_DATE})",
+                ", ".join(cells),
+                "<= $25 at 5 min" if target else "(no target)",
+                (None if ctx.smoke else value <= 25) if target else None,
+            )
+        )
+    per_check = model["check"]
+    rows.append(
+        Row(
+            "$ per million no-drift checks, by service",
+            ", ".join(f"{k} ${v * 1e6:.2f}" for k, v in per_check.items())
+            + f"; fixed a month: "
+            + ", ".join(f"{k} ${v:.2f}" for k, v in model["fixed"].items()),
+            "(no target)",
+            None,
+        )
+    )
+    agent = agent_costs(bench)
+    rows.append(
+        Row(
+            "one idle vergence-agent, $/month",
+            f"before (20 s held polls) ${agent['old']:.2f}; now (a poll every {AGENT_POLL_INTERVAL_SECONDS} s, "
+            f"answered at once) ${agent['new']:.2f} through the HTTP API, ${agent['direct']:.2f} without "
+            f"API Gateway's $1/M requests",
+            "<= $1",
+            None if ctx.smoke else agent["new"] <= 1,
+        )
+    )
     return rows
 
 
@@ -549,7 +769,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "worker"],
+        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"],
         help="only these rows",
     )
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
@@ -558,7 +778,7 @@ def main() -> int:
     NO_BUILD = args.no_build
     smoke = args.smoke
     runs = args.runs or (1 if smoke else 5)
-    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "worker"])
+    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"])
 
     if smoke:
         cargo_build(SMOKE_BUILD)
@@ -581,6 +801,8 @@ def main() -> int:
         rows += decide_per_second(ctx)
     if "requests" in only:
         rows += serverless_counts(ctx)
+    if "cost" in only:
+        rows += cost_rows(ctx)
     if "worker" in only:
         rows += worker_binary(ctx)
 

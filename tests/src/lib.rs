@@ -85,6 +85,37 @@ pub struct Harness {
     observer: Deployment,
     /// The observer's DynamoDB client, for reading items as stored.
     dynamodb: aws_sdk_dynamodb::Client,
+    /// What the functions spent, for the cost table (docs/cost.md).
+    pub spent: Arc<std::sync::Mutex<Spent>>,
+    /// With `count_worker_logs`: where the worker's log lines go.
+    worker_logs: Option<tracing::Dispatch>,
+}
+
+/// Wall time inside the worker's and the scheduler's handlers (what Lambda
+/// bills as duration, less its own rounding up to the millisecond), and the
+/// bytes the worker logged (what CloudWatch Logs ingests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spent {
+    pub worker: Duration,
+    pub worker_invocations: usize,
+    pub scheduler: Duration,
+    pub scheduler_invocations: usize,
+    pub worker_log_bytes: usize,
+}
+
+/// Counts the bytes written to it.
+#[derive(Clone)]
+struct ByteCounter(Arc<std::sync::Mutex<Spent>>);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().worker_log_bytes += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Fault-injecting proxies in front of both stand-ins.
@@ -234,7 +265,24 @@ impl Harness {
             dead_letter_queue_url,
             observer,
             dynamodb: direct_dynamodb,
+            spent: Arc::default(),
+            worker_logs: None,
         }
+    }
+
+    /// From now on the worker's log lines, as the functions write them
+    /// (`json_logs` at their default level, `info`, or `RUST_LOG`), are
+    /// counted in `spent` instead of shown. Lines of tasks the worker
+    /// spawns are not seen (an inline job's are logged by the step).
+    pub fn count_worker_logs(&mut self) {
+        let counter = ByteCounter(self.spent.clone());
+        let subscriber = vergence_lambda::json_logs(move || counter.clone(), "info").finish();
+        self.worker_logs = Some(tracing::Dispatch::new(subscriber));
+    }
+
+    /// What the functions spent since the last call.
+    pub fn take_spent(&self) -> Spent {
+        std::mem::take(&mut *self.spent.lock().unwrap())
     }
 
     pub fn control(&self) -> Control {
@@ -251,10 +299,14 @@ impl Harness {
     pub async fn try_schedule(&self) -> Result<usize, String> {
         let raw = std::fs::read_to_string(event_file("schedule.json")).unwrap();
         let event: EventBridgeEvent = serde_json::from_str(&raw).unwrap();
-        scheduler::handle(&self.deployment, event)
-            .await
-            .map(|r| r.enqueued)
-            .map_err(|e| e.to_string())
+        let started = Instant::now();
+        let result = scheduler::handle(&self.deployment, event).await;
+        {
+            let mut spent = self.spent.lock().unwrap();
+            spent.scheduler += started.elapsed();
+            spent.scheduler_invocations += 1;
+        }
+        result.map(|r| r.enqueued).map_err(|e| e.to_string())
     }
 
     /// Receives up to 10 messages and builds the SQS event Lambda would
@@ -308,7 +360,22 @@ impl Harness {
                 .or_default() += 1;
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        let response = worker.handle(event.clone(), Some(deadline)).await;
+        let started = Instant::now();
+        let response = match &self.worker_logs {
+            Some(logs) => {
+                use tracing::instrument::WithSubscriber;
+                worker
+                    .handle(event.clone(), Some(deadline))
+                    .with_subscriber(logs.clone())
+                    .await
+            }
+            None => worker.handle(event.clone(), Some(deadline)).await,
+        };
+        {
+            let mut spent = self.spent.lock().unwrap();
+            spent.worker += started.elapsed();
+            spent.worker_invocations += 1;
+        }
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()

@@ -54,8 +54,14 @@ pub struct Settings {
     /// How long finished Jobs stay (`ttlSecondsAfterFinished`). Longer
     /// than a task's lease, so a redelivered task still finds its Job.
     pub job_ttl_seconds: u32,
-    /// How long one poll waits for work.
+    /// How long one poll asks the API to wait for work. 0 (the default):
+    /// answered at once, and the agent waits `poll_interval` itself, which
+    /// costs nothing; a held poll keeps an api function busy (docs/cost.md).
     pub poll_wait_seconds: u64,
+    /// Polls start at most this often while there is nothing to do; a
+    /// poll that brought tasks is followed by the next at once. Also the
+    /// most a job queued for an idle agent waits to be handed out.
+    pub poll_interval: Duration,
     /// The cluster's name, as shown in status (informational).
     pub cluster: Option<String>,
 }
@@ -68,6 +74,7 @@ impl std::fmt::Debug for Settings {
             .field("namespace", &self.namespace)
             .field("job_ttl_seconds", &self.job_ttl_seconds)
             .field("poll_wait_seconds", &self.poll_wait_seconds)
+            .field("poll_interval", &self.poll_interval)
             .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
@@ -205,6 +212,7 @@ impl Agent {
     }
 
     async fn poll_once(&self) {
+        let started = tokio::time::Instant::now();
         let poll = PollRequest {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             namespace: Some(self.settings.namespace.clone()),
@@ -215,8 +223,15 @@ impl Agent {
         };
         match self.api.poll(&poll).await {
             Ok(answer) => {
+                let idle = answer.tasks.is_empty();
                 for task in answer.tasks {
                     self.start(task);
+                }
+                // Nothing to do: the next poll after the interval (a poll
+                // held that long by the API goes again at once). Tasks:
+                // there may be more, ask again now.
+                if idle {
+                    tokio::time::sleep_until(started + self.settings.poll_interval).await;
                 }
             }
             Err(e) => {

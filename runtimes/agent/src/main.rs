@@ -26,9 +26,17 @@ struct Args {
     /// Seconds finished Jobs are kept (ttlSecondsAfterFinished).
     #[arg(long, env = "VERGENCE_JOB_TTL_SECONDS", default_value_t = 3600)]
     job_ttl_seconds: u32,
-    /// Seconds one poll waits for work (at most 20).
-    #[arg(long, default_value_t = 20)]
+    /// Seconds one poll asks the API to hold it while there is no work (at
+    /// most 20). 0: answered at once; the agent waits --poll-interval-seconds
+    /// between polls itself, which keeps an idle agent cheap on the
+    /// serverless API (docs/cost.md).
+    #[arg(long, env = "VERGENCE_AGENT_POLL_WAIT_SECONDS", default_value_t = 0)]
     poll_wait_seconds: u64,
+    /// Seconds between the starts of polls that find nothing to do: the
+    /// most a job waits to reach an idle agent (from 1 to 60).
+    #[arg(long, env = "VERGENCE_AGENT_POLL_INTERVAL_SECONDS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(1..=60))]
+    poll_interval_seconds: u64,
     /// The cluster's name, shown in `vergence status`.
     #[arg(long, env = "VERGENCE_CLUSTER_NAME")]
     cluster: Option<String>,
@@ -51,6 +59,7 @@ async fn main() -> Result<()> {
         namespace: args.namespace,
         job_ttl_seconds: args.job_ttl_seconds,
         poll_wait_seconds: args.poll_wait_seconds,
+        poll_interval: std::time::Duration::from_secs(args.poll_interval_seconds),
         cluster: args.cluster,
     };
     let client = kube::Client::try_default()

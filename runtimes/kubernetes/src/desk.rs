@@ -33,6 +33,13 @@ use crate::{agent_of, job_labels, job_name};
 /// task may wait in the queue, and the pod for its image.
 const URL_SLACK: SignedDuration = SignedDuration::from_mins(30);
 
+/// An agent's record is written again by a poll once its `last_seen` is
+/// this old, or when what the agent says of itself changed. An idle agent
+/// polls every couple of seconds; writing its record each time would be
+/// most of what an idle agent costs on DynamoDB (docs/cost.md). Well
+/// within `AGENT_STALE_AFTER`, after which an agent counts as gone.
+const SEEN_WRITTEN_EVERY: SignedDuration = SignedDuration::from_secs(30);
+
 /// Hands agents their work and records what they report.
 pub struct AgentJobs {
     store: Arc<dyn StateStore>,
@@ -368,20 +375,26 @@ impl AgentDesk for AgentJobs {
     #[instrument(name = "agent.check_in", skip_all, fields(agent = %agent, running = poll.running.len()))]
     async fn check_in(&self, agent: &AgentName, poll: &PollRequest) -> vergence_model::Result<()> {
         let now = self.clock.now();
-        let was_alive = self
-            .store
-            .get_agent(agent)
-            .await?
-            .is_some_and(|state| state.is_alive(now));
-        self.store
-            .touch_agent(&AgentState {
-                name: agent.clone(),
-                last_seen: now,
-                version: poll.version.clone(),
-                namespace: poll.namespace.clone(),
-                cluster: poll.cluster.clone(),
-            })
-            .await?;
+        let known = self.store.get_agent(agent).await?;
+        let was_alive = known.as_ref().is_some_and(|state| state.is_alive(now));
+        let seen_lately = known.as_ref().is_some_and(|state| {
+            state.last_seen <= now
+                && now.duration_since(state.last_seen) < SEEN_WRITTEN_EVERY
+                && state.version == poll.version
+                && state.namespace == poll.namespace
+                && state.cluster == poll.cluster
+        });
+        if !seen_lately {
+            self.store
+                .touch_agent(&AgentState {
+                    name: agent.clone(),
+                    last_seen: now,
+                    version: poll.version.clone(),
+                    namespace: poll.namespace.clone(),
+                    cluster: poll.cluster.clone(),
+                })
+                .await?;
+        }
         let running: Vec<String> = poll.running.iter().map(AgentWork::run_id).collect();
         self.store
             .renew_agent_work(agent, &running, after(now, AGENT_LEASE))

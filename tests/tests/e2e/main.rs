@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agent_poll_cost;
 mod cli_tokens_dynamodb;
 mod lambda_logs;
 mod lambda_smoke;

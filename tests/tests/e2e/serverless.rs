@@ -451,6 +451,29 @@ fn bench(name: &str, counts: &BTreeMap<String, usize>) -> (usize, usize) {
     (dynamodb, sqs_sends)
 }
 
+/// What docs/cost.md prices, as one line for scripts/bench.py:
+/// DynamoDB request units (`ReturnConsumedCapacity`, see tests/src/wire.rs),
+/// SQS requests of every kind, and the function's wall time.
+fn bench_cost(
+    name: &str,
+    counts: &BTreeMap<String, usize>,
+    capacity: vergence_e2e::wire::Capacity,
+    time: Duration,
+    invocations: usize,
+) {
+    let sqs: usize = counts
+        .iter()
+        .filter(|(op, _)| op.starts_with("SQS."))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "BENCH {name} rru={} wru={} sqs_requests={sqs} ms={:.3} invocations={invocations}",
+        capacity.read,
+        capacity.write,
+        time.as_secs_f64() * 1e3
+    );
+}
+
 /// `counts` is exactly `expected`: a change in what a phase costs shows as
 /// a failed test, up or down, and the expectation is updated on purpose.
 fn assert_counts(phase: &str, counts: &BTreeMap<String, usize>, expected: &[(&str, usize)]) {
@@ -689,10 +712,26 @@ async fn requests_per_steady_state_poll_with_a_fetch() {
     // The first check after converging is one like any other, but one
     // more makes sure nothing of the convergence is left in it.
     check_once(&mut h, &worker, &counter).await;
+    h.count_worker_logs();
+    h.take_spent();
     let before = the_converged_instance(&h).await;
     let steps = check_once(&mut h, &worker, &counter).await;
+    let check = counter.capacity();
+    let spent = h.take_spent();
     bench("serverless_poll", &steps);
+    bench_cost(
+        "cost_check",
+        &steps,
+        check,
+        spent.worker,
+        spent.worker_invocations,
+    );
+    println!("BENCH cost_check_logs log_bytes={}", spent.worker_log_bytes);
     assert_counts("a steady-state check", &steps, ONE_QUIET_CHECK);
+    assert!(
+        check.write <= 1.0 && check.read <= 1.0,
+        "a check that finds nothing costs at most one read and one write unit: {check:?}"
+    );
     let after = the_converged_instance(&h).await;
     let (seen, now) = (
         before.state.last_fetch.unwrap(),
@@ -703,6 +742,17 @@ async fn requests_per_steady_state_poll_with_a_fetch() {
         "the check is on record: {now:?}"
     );
     assert!(after.next_check_at > before.next_check_at);
+    // The scheduler's run with nothing due: what every minute costs.
+    counter.reset();
+    assert_eq!(h.schedule().await, 0, "nothing is due");
+    let spent = h.take_spent();
+    bench_cost(
+        "cost_scheduler_idle",
+        &counter.snapshot(),
+        counter.capacity(),
+        spent.scheduler,
+        spent.scheduler_invocations,
+    );
 }
 
 /// Checks that find nothing keep no job records: the instance keeps the
@@ -854,6 +904,14 @@ async fn a_broken_chain_of_checks_is_found_by_the_scheduler() {
     counter.reset();
     assert_eq!(h.deliver_until_idle(&worker).await, 1);
     let steps = counter.snapshot();
+    let spent = h.take_spent();
+    bench_cost(
+        "cost_rearm",
+        &steps,
+        counter.capacity(),
+        spent.worker,
+        spent.worker_invocations,
+    );
     // The whole instance is written again, with the watchdog moved on.
     assert_counts(
         "a check that moves the watchdog",

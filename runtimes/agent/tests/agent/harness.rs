@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use vergence_api::{ApiConfig, ApiState, create_token, router};
@@ -12,8 +12,9 @@ use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DirArtifactStore, DriveMode, Driver, LocalQueue, Progress, SqliteStore};
 use vergence_engine::control::Control;
 use vergence_engine::{Engine, JobCompletion, RunnerRouter};
-use vergence_model::ports::{ArtifactStore, Clock, StateStore, SystemClock};
-use vergence_model::{Event, InstanceKey, RunnerKind, Scope, TokenSubject};
+use vergence_model::agent::protocol::{AgentReport, PollRequest, ReportAnswer, Task};
+use vergence_model::ports::{AgentDesk, ArtifactStore, Clock, StateStore, SystemClock};
+use vergence_model::{AgentName, Event, InstanceKey, RunnerKind, Scope, TokenSubject};
 use vergence_runner_kubernetes::{AgentJobs, AgentRunner};
 use vergence_runner_local::LocalRunner;
 
@@ -23,7 +24,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     loop {
         if let Some(found) = probe().await {
             return found;
@@ -58,10 +59,56 @@ impl Progress for Quiet {
     }
 }
 
+/// What the API's agent routes were asked, as the agents' desk saw it.
+#[derive(Debug, Default)]
+pub struct Polls {
+    /// When each poll checked in.
+    pub check_ins: Vec<Instant>,
+    /// Looks for work: one per poll answered at once, one a second more
+    /// for a poll the API holds.
+    pub looks: usize,
+    /// When tasks were handed out.
+    pub handed_out: Vec<Instant>,
+}
+
+/// The real desk, with every call noted in `polls`.
+struct CountingDesk {
+    inner: AgentJobs,
+    polls: Arc<Mutex<Polls>>,
+}
+
+#[async_trait::async_trait]
+impl AgentDesk for CountingDesk {
+    async fn check_in(&self, agent: &AgentName, poll: &PollRequest) -> vergence_model::Result<()> {
+        self.polls.lock().unwrap().check_ins.push(Instant::now());
+        self.inner.check_in(agent, poll).await
+    }
+
+    async fn hand_out(&self, agent: &AgentName, limit: usize) -> vergence_model::Result<Vec<Task>> {
+        let tasks = self.inner.hand_out(agent, limit).await?;
+        let mut polls = self.polls.lock().unwrap();
+        polls.looks += 1;
+        if !tasks.is_empty() {
+            polls.handed_out.push(Instant::now());
+        }
+        Ok(tasks)
+    }
+
+    async fn take_report(
+        &self,
+        agent: &AgentName,
+        report: AgentReport,
+    ) -> vergence_model::Result<Option<ReportAnswer>> {
+        self.inner.take_report(agent, report).await
+    }
+}
+
 /// The API and the engine over one state file, wired as `vergence serve`
 /// wires them; stops when dropped.
 pub struct Server {
     pub url: String,
+    /// The agent routes' calls so far.
+    pub polls: Arc<Mutex<Polls>>,
     store: Arc<dyn StateStore>,
     http: reqwest::Client,
     stop: tokio::sync::watch::Sender<bool>,
@@ -104,6 +151,7 @@ impl Server {
         let engine = Engine::new(store.clone(), queue.clone(), runners, clock.clone());
         let driver = Driver::new(engine, store.clone(), queue.clone(), clock.clone(), 4);
         let agents = AgentJobs::new(store.clone(), artifacts, sink, queue.clone(), clock.clone());
+        let polls = Arc::new(Mutex::new(Polls::default()));
         let api = router(
             ApiState::new(
                 Arc::new(control),
@@ -111,7 +159,10 @@ impl Server {
                 clock,
                 ApiConfig::default(),
             )
-            .with_agents(Arc::new(agents)),
+            .with_agents(Arc::new(CountingDesk {
+                inner: agents,
+                polls: polls.clone(),
+            })),
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -135,6 +186,7 @@ impl Server {
         });
         Self {
             url,
+            polls,
             store,
             http: reqwest::Client::new(),
             stop,
@@ -224,7 +276,7 @@ impl Server {
 
     /// Waits until `count` instances are converged.
     pub async fn await_converged(&self, count: usize, limit: Duration) {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         loop {
             let status = self.status().await;
             let instances = status["instances"].as_array().unwrap();
@@ -246,15 +298,26 @@ pub struct Agent(Child);
 
 impl Agent {
     pub fn start(server: &Server, kubeconfig: &Path, name: &str, token: &str) -> Self {
+        Self::start_with(
+            server,
+            kubeconfig,
+            name,
+            token,
+            &["--poll-wait-seconds", "2"],
+        )
+    }
+
+    /// With these flags besides the API's URL and the agent's name.
+    pub fn start_with(
+        server: &Server,
+        kubeconfig: &Path,
+        name: &str,
+        token: &str,
+        flags: &[&str],
+    ) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_vergence-agent"))
-            .args([
-                "--api-url",
-                &server.url,
-                "--agent",
-                name,
-                "--poll-wait-seconds",
-                "2",
-            ])
+            .args(["--api-url", &server.url, "--agent", name])
+            .args(flags)
             .env("VERGENCE_AGENT_TOKEN", token)
             .env("KUBECONFIG", kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")

@@ -176,3 +176,58 @@ async fn an_agent_killed_while_its_job_runs_is_replaced_and_the_job_runs_once() 
     );
     assert_eq!(cluster.objects("Job", Some("default")).unwrap().len(), 2);
 }
+
+/// An idle agent costs what its polls cost (docs/cost.md): with the
+/// defaults each poll is answered at once, one look for work instead of one
+/// a second for 20 s that keeps an api function busy, and polls start every
+/// 2 s, so a job queued for an idle agent reaches it within about 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_is_answered_at_once_polls_every_two_seconds_and_takes_a_job_within_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = FakeCluster::start().await.unwrap();
+    let server = Server::start(dir.path()).await;
+    let kubeconfig = kubeconfig(dir.path(), cluster.url());
+    let token = server.agent_token("prod-eu").await;
+    let _agent = Agent::start_with(&server, &kubeconfig, "prod-eu", &token, &[]);
+    eventually(Duration::from_secs(20), || async {
+        (!server.polls.lock().unwrap().check_ins.is_empty()).then_some(())
+    })
+    .await;
+    // Idle for 9 s: polls at 0, 2, 4, 6 and 8 s.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let (check_ins, looks) = {
+        let polls = server.polls.lock().unwrap();
+        (polls.check_ins.clone(), polls.looks)
+    };
+    assert_eq!(
+        looks,
+        check_ins.len(),
+        "every idle poll is answered at once, after one look for work"
+    );
+    assert!(
+        (4..=6).contains(&check_ins.len()),
+        "one poll every 2 s: {} in 9 s",
+        check_ins.len()
+    );
+    let longest = check_ins.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        longest <= Duration::from_millis(3500),
+        "a job waits at most one interval for the next poll: {longest:?} between polls"
+    );
+
+    // A job for it now is handed out at its next poll.
+    let marker = dir.path().join("applied");
+    let pushed = std::time::Instant::now();
+    server.push_config(&config(&marker, 0)).await;
+    let handed = eventually(Duration::from_secs(20), || async {
+        server.polls.lock().unwrap().handed_out.first().copied()
+    })
+    .await;
+    assert!(
+        handed - pushed <= Duration::from_secs(4),
+        "handed out {:?} after the push",
+        handed - pushed
+    );
+    server.await_converged(2, Duration::from_secs(60)).await;
+    assert_eq!(marker_lines(&marker), vec!["staging", "prod"]);
+}
