@@ -337,6 +337,7 @@ def bench_lines() -> dict[str, dict[str, str]]:
         "1",
         "serverless::requests_per",
         "serverless::job_items",
+            "serverless::a_broken_chain",
         "agent_poll_cost::",
     ]
     say("$ " + " ".join(args))
@@ -491,20 +492,29 @@ def cost_model(bench: dict) -> dict:
             raise SystemExit(f"bench: no {key} in a BENCH {name} line: is the test printing it?")
 
     m = 1e6
-    check = {
-        "dynamodb": num("cost_check", "rru") * PRICES["dynamodb_per_million_read_units"] / m
-        + num("cost_check", "wru") * PRICES["dynamodb_per_million_write_units"] / m,
-        # The worker's own sends, and the event source mapping's receive
-        # and delete, one of each per batch.
-        "sqs": (num("cost_check", "sqs_requests") + 2 / t["batch"]) * PRICES["sqs_per_million_requests"] / m,
-        # One batch of `batch` checks is one invocation; the worker steps
-        # its messages one after the other, so it lasts `batch` checks.
-        "lambda": (num("cost_check", "ms") / num("cost_check", "invocations")) / 1000 * t["worker_mb"] / 1024
-        * PRICES["lambda_per_gb_second"]
-        + PRICES["lambda_per_million_requests"] / m / t["batch"],
-        "logs": (num("cost_check_logs", "log_bytes") + LAMBDA_PLATFORM_LOG_BYTES / t["batch"])
-        / 1e9 * PRICES["logs_per_gb_ingested"],
-    }
+
+    def one_check(name: str) -> dict:
+        return {
+            "dynamodb": num(name, "rru") * PRICES["dynamodb_per_million_read_units"] / m
+            + num(name, "wru") * PRICES["dynamodb_per_million_write_units"] / m,
+            # The worker's own sends, and the event source mapping's receive
+            # and delete, one of each per batch.
+            "sqs": (num(name, "sqs_requests") + 2 / t["batch"]) * PRICES["sqs_per_million_requests"] / m,
+            # One batch of `batch` checks is one invocation; the worker steps
+            # its messages one after the other, so it lasts `batch` checks.
+            "lambda": (num(name, "ms") / num(name, "invocations")) / 1000 * t["worker_mb"] / 1024
+            * PRICES["lambda_per_gb_second"]
+            + PRICES["lambda_per_million_requests"] / m / t["batch"],
+            "logs": (num("cost_check_logs", "log_bytes") + LAMBDA_PLATFORM_LOG_BYTES / t["batch"])
+            / 1e9 * PRICES["logs_per_gb_ingested"],
+        }
+
+    # A check that finds nothing, chained through the queue (`cost_check`),
+    # and one that writes the whole instance (`cost_rearm`): once an hour
+    # per instance to move the due index's watchdog, and every check whose
+    # interval is longer than SQS can delay a message.
+    check = one_check("cost_check")
+    rearm = one_check("cost_rearm")
     # A check beyond SQS's delay is found by the scheduler and sent in a
     # batch of 10 (the worker's own send is still counted: an upper bound).
     late_check_sqs = PRICES["sqs_per_million_requests"] / m / 10
@@ -522,14 +532,23 @@ def cost_model(bench: dict) -> dict:
         "queue polling": ESM_IDLE_POLLERS * month_seconds / ESM_RECEIVE_WAIT_SECONDS
         * PRICES["sqs_per_million_requests"] / m,
     }
-    return {"check": check, "late_check_sqs": late_check_sqs, "fixed": fixed, "month_seconds": month_seconds}
+    return {
+        "check": check,
+        "rearm": rearm,
+        "late_check_sqs": late_check_sqs,
+        "fixed": fixed,
+        "month_seconds": month_seconds,
+    }
 
 
 def monthly(model: dict, instances: int, interval_minutes: int) -> float:
     checks = instances * model["month_seconds"] / (interval_minutes * 60)
-    per_check = sum(model["check"].values())
+    quiet, rearm = sum(model["check"].values()), sum(model["rearm"].values())
     if interval_minutes * 60 > SQS_MAX_DELAY_SECONDS:
-        per_check += model["late_check_sqs"]
+        per_check = rearm + model["late_check_sqs"]
+    else:
+        # One check an hour is a rearm instead of a quiet one.
+        per_check = quiet + (rearm - quiet) * min(1.0, interval_minutes / 60)
     return checks * per_check + sum(model["fixed"].values())
 
 

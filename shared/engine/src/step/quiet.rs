@@ -116,14 +116,18 @@ impl Engine {
         let after = decide(&ran, &facts);
         let check = (after.jobs.is_empty() && after.events.is_empty() && after.wake.is_empty())
             .then(|| QuietCheck::between(record, &after.state, after.next_check_at, now))
-            .flatten()
-            .filter(|check| check.next_check_at.duration_since(now) <= quiet.longest_delay);
+            .flatten();
         let Some(check) = check else {
             return Ok(Quietly::Found(Box::new(job.clone()), result));
         };
-        let watched = record
-            .watchdog_at
-            .is_some_and(|watchdog| watchdog > check.next_check_at);
+        // A next check further out than the queue carries is the due
+        // index's to find, so the index moves with every such check: the
+        // whole instance is written (still one write, no job record).
+        let carried = check.next_check_at.duration_since(now) <= quiet.longest_delay;
+        let watched = carried
+            && record
+                .watchdog_at
+                .is_some_and(|watchdog| watchdog > check.next_check_at);
         let recorded = if watched {
             self.store.record_check(record, &check).await?
         } else {
