@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli_tokens_dynamodb;
+mod lambda_build;
 mod lambda_logs;
 mod lambda_smoke;
 mod layering;
