@@ -752,9 +752,11 @@ def worker_binary(ctx: "Context") -> list[Row]:
         cargo_build(SMOKE_BUILD)
         binary = ROOT / "target" / "debug" / "worker"
     else:
-        # What SAM deploys: `cargo lambda build --release` (template.yaml).
-        cargo_build(["--release", "-p", "vergence-worker"])
-        binary = ROOT / "target" / "release" / "worker"
+        # What SAM deploys: `cargo lambda build --release` (template.yaml)
+        # with [profile.lambda]'s settings, which cargo-lambda passes as
+        # `--config` overrides of `release` (Cargo.toml).
+        cargo_build(["--profile", "lambda", "-p", "vergence-worker"])
+        binary = ROOT / "target" / "lambda" / "worker"
     size = binary.stat().st_size
     inits, rss = [], []
     for _ in range(max(ctx.runs, 3)):

@@ -9,6 +9,7 @@
 
 mod agent_poll_cost;
 mod cli_tokens_dynamodb;
+mod lambda_build;
 mod lambda_logs;
 mod lambda_smoke;
 mod layering;
