@@ -131,49 +131,28 @@ impl Engine {
         loop {
             let (record, job) = match known.take() {
                 Some((record, job)) => (record, Some(job)),
-                None => {
-                    let Some(record) = self.store.get_instance(key).await? else {
-                        self.schedule(key, None, &progress.wake).await?;
-                        let progress = std::mem::take(progress);
-                        return Ok(StepReport {
-                            events: progress.events,
-                            dispatched: progress.dispatched,
-                            ..StepReport::default()
-                        });
-                    };
-                    let job = self.in_flight_job(&record).await?;
-                    (record, job)
-                }
+                None => match self.read(key, progress).await? {
+                    Ok(read) => read,
+                    Err(gone) => return Ok(*gone),
+                },
             };
             let now = self.clock.now();
             let facts = self.facts(&record, job, now).await?;
             let decision = decide(&record, &facts);
             if conflicts == 0 && progress.absorbed == 0 {
-                match self.check_quietly(key, &record, &decision, now).await? {
-                    Quietly::Not => {}
-                    Quietly::Done(report) => return Ok(*report),
-                    Quietly::Found(job, result) => {
-                        // Recorded as any fetch is, its result taken up by
-                        // the next decision's write.
-                        match self.persist(&record, &decision, &[], now).await {
-                            Ok((recorded, stored)) => {
-                                progress.events.extend(recorded);
-                                progress.dispatched.push(job.id.clone());
-                                progress.absorbed += 1;
-                                let ended = ended_with(&job, result.clone());
-                                progress.unrecorded.push((*job, result));
-                                known = Some((stored, ended));
-                                continue;
-                            }
-                            // Someone else moved it; what the fetch saw is
-                            // looked at again from their state.
-                            Err(Error::Conflict { .. }) => {
-                                conflicts += 1;
-                                continue;
-                            }
-                            Err(e) => return Err(self.failed_after(key, progress, e).await),
-                        }
+                match self
+                    .check_quietly(key, &record, &decision, now, progress)
+                    .await
+                {
+                    Ok(Quietly::Not) => {}
+                    Ok(Quietly::Done(report)) => return Ok(*report),
+                    // Found something: decide on it, or again after a conflict.
+                    Ok(Quietly::Found(next)) => {
+                        conflicts += usize::from(next.is_none());
+                        known = next.map(|next| *next);
+                        continue;
                     }
+                    Err(e) => return Err(self.failed_after(key, progress, e).await),
                 }
             }
             if decision.is_noop(&record) {
@@ -225,6 +204,26 @@ impl Engine {
                 Err(e) => return Err(self.failed_after(key, progress, e).await),
             }
         }
+    }
+
+    /// The instance and its job in flight, read once; or, when it no
+    /// longer exists, the step's report.
+    async fn read(
+        &self,
+        key: &InstanceKey,
+        progress: &mut Progress,
+    ) -> Result<std::result::Result<(InstanceRecord, Option<JobRecord>), Box<StepReport>>> {
+        let Some(record) = self.store.get_instance(key).await? else {
+            self.schedule(key, None, &progress.wake).await?;
+            let progress = std::mem::take(progress);
+            return Ok(Err(Box::new(StepReport {
+                events: progress.events,
+                dispatched: progress.dispatched,
+                ..StepReport::default()
+            })));
+        };
+        let job = self.in_flight_job(&record).await?;
+        Ok(Ok((record, job)))
     }
 
     /// Starts a stored decision's jobs. The job in flight, when it ended

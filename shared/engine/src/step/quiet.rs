@@ -22,7 +22,7 @@
 use jiff::{SignedDuration, Timestamp};
 use tracing::debug;
 
-use super::{Engine, StepReport, ended_with};
+use super::{Engine, Progress, StepReport, ended_with};
 use crate::{Decision, decide, settled};
 use vergence_model::error::Result;
 use vergence_model::ports::{InstanceChange, InstanceCommit, Runner, Started};
@@ -66,8 +66,10 @@ pub(super) enum Quietly {
     Not,
     /// Recorded, or dropped as a duplicate; the step is over.
     Done(Box<StepReport>),
-    /// The fetch ran and found something: record it and its result.
-    Found(Box<JobRecord>, JobResult),
+    /// The fetch ran and found something; its job is recorded and the
+    /// instance as stored, with the fetch ended, is decided on next
+    /// (`None`: someone else wrote the instance first).
+    Found(Option<Box<(InstanceRecord, JobRecord)>>),
 }
 
 impl Engine {
@@ -79,6 +81,7 @@ impl Engine {
         record: &InstanceRecord,
         decision: &Decision,
         now: Timestamp,
+        progress: &mut Progress,
     ) -> Result<Quietly> {
         let Some(quiet) = self.quiet else {
             return Ok(Quietly::Not);
@@ -118,7 +121,8 @@ impl Engine {
             .then(|| QuietCheck::between(record, &after.state, after.next_check_at, now))
             .flatten();
         let Some(check) = check else {
-            return Ok(Quietly::Found(Box::new(job.clone()), result));
+            let found = self.record_found(record, decision, job.clone(), result, now, progress);
+            return Ok(Quietly::Found(found.await?.map(Box::new)));
         };
         // A next check further out than the queue carries is the due
         // index's to find, so the index moves with every such check: the
@@ -143,6 +147,33 @@ impl Engine {
         let mut stored = record.clone();
         stored.take_check(&check);
         Ok(Quietly::Done(Box::new(report(&stored, Some(job)))))
+    }
+
+    /// Stores the decision that started a fetch which ran quietly and
+    /// found something, and hands back the instance as stored with the
+    /// fetch ended, for the next decision to take its result up; `None`
+    /// when someone else wrote the instance first.
+    async fn record_found(
+        &self,
+        record: &InstanceRecord,
+        decision: &Decision,
+        job: JobRecord,
+        result: JobResult,
+        now: Timestamp,
+        progress: &mut Progress,
+    ) -> Result<Option<(InstanceRecord, JobRecord)>> {
+        match self.persist(record, decision, &[], now).await {
+            Ok((recorded, stored)) => {
+                progress.events.extend(recorded);
+                progress.dispatched.push(job.id.clone());
+                progress.absorbed += 1;
+                let ended = ended_with(&job, result.clone());
+                progress.unrecorded.push((job, result));
+                Ok(Some((stored, ended)))
+            }
+            Err(vergence_model::Error::Conflict { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes the instance in full with `check` taken up and the watchdog

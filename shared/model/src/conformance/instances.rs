@@ -497,8 +497,22 @@ pub async fn a_quiet_check_is_read_back_until_the_instance_is_written_again(
         "the stale check is not taken up (recorded: {stale})"
     );
     assert_eq!(read.next_check_at, Some(t(620)));
+}
 
-    // Deleted and added again, the instance has none of its old checks.
+pub async fn a_deleted_instance_added_again_has_none_of_its_old_checks(store: Arc<dyn StateStore>) {
+    let k = key("shop", "web", "prod");
+    store
+        .commit(put(record(&k, Some(t(10))), None))
+        .await
+        .expect("create");
+    let read = store.get_instance(&k).await.expect("get").expect("exists");
+    assert!(
+        store
+            .record_check(&read, &quiet_check(20, 1))
+            .await
+            .expect("check")
+    );
+    let read = store.get_instance(&k).await.expect("get").expect("exists");
     store
         .commit(InstanceCommit {
             change: InstanceChange::Delete(k.clone()),

@@ -40,6 +40,7 @@ macro_rules! store_conformance_tests {
             an_existing_job_id_fails_the_whole_commit,
             deleting_an_instance_is_conditional_too,
             a_quiet_check_is_read_back_until_the_instance_is_written_again,
+            a_deleted_instance_added_again_has_none_of_its_old_checks,
             instances_are_listed_by_filter,
             due_instances_are_the_ones_whose_time_has_come_earliest_first,
             a_job_is_claimed_once_and_finished_once,
