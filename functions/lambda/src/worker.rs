@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, QuietChecks, RunnerRouter};
-use vergence_model::ports::{JobResultSink, JobStore, Runner, Started};
+use vergence_model::ports::{JobResultSink, JobStore, Runner, Started, WorkItem, WorkQueue};
 use vergence_model::{
     BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult, RunnerKind,
 };
@@ -211,21 +211,34 @@ impl Worker {
             }
             Err(why) => runners.without(RunnerKind::CloudRun, why.clone()),
         };
+        let outbox = Arc::new(Outbox::new(self.deployment.work()));
         let engine = Engine::new(
             self.deployment.state(),
-            self.deployment.work(),
+            outbox.clone(),
             runners,
             self.deployment.clock.clone(),
         )
         .with_artifacts(self.deployment.artifacts.clone())
         .with_quiet_checks(QUIET_CHECKS);
         let mut response = SqsBatchResponse::default();
+        let mut failed = |message: &SqsMessage| {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = message.message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
+        };
+        let mut done = Vec::new();
         for message in event.records {
-            if self.handle_message(&engine, &message).await == Disposition::Redeliver {
-                let mut failure = BatchItemFailure::default();
-                failure.item_identifier = message.message_id.clone().unwrap_or_default();
-                response.batch_item_failures.push(failure);
+            match self.handle_message(&engine, &message).await {
+                Disposition::Redeliver => failed(&message),
+                Disposition::Done => done.push(message),
             }
+        }
+        // What the steps asked for goes out before Lambda deletes their
+        // messages. Lost, it would leave their instances to the due index:
+        // the messages are delivered again instead.
+        if let Err(e) = outbox.flush().await {
+            error!(error = %e, "the steps' next messages were not sent; their messages will be delivered again");
+            done.iter().for_each(&mut failed);
         }
         response
     }
@@ -304,6 +317,12 @@ impl Worker {
         key: InstanceKey,
     ) -> Disposition {
         match engine.step(&key).await {
+            Ok(report) if report.quiet => {
+                // Most of a converged deployment's messages: a line each
+                // at info would be most of its log bill (docs/cost.md).
+                debug!(status = ?report.status, "checked: nothing to do");
+                Disposition::Done
+            }
             Ok(report) => {
                 info!(status = ?report.status, jobs = report.dispatched.len(), "stepped");
                 Disposition::Done
@@ -337,6 +356,42 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// The steps' requests for later steps, held until the batch's steps are
+/// over and then sent together: the next checks of a batch of 10 quiet
+/// checks are one `SendMessageBatch`, not 10 (docs/cost.md).
+struct Outbox {
+    queue: Arc<dyn WorkQueue>,
+    held: std::sync::Mutex<Vec<WorkItem>>,
+}
+
+impl Outbox {
+    fn new(queue: Arc<dyn WorkQueue>) -> Self {
+        Self {
+            queue,
+            held: std::sync::Mutex::default(),
+        }
+    }
+
+    async fn flush(&self) -> vergence_model::Result<()> {
+        let items = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.queue.enqueue(&items).await
+    }
+}
+
+#[async_trait]
+impl WorkQueue for Outbox {
+    async fn enqueue(&self, items: &[WorkItem]) -> vergence_model::Result<()> {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(items);
+        Ok(())
     }
 }
 

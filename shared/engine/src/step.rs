@@ -47,6 +47,9 @@ pub struct StepReport {
     pub next_check_at: Option<Timestamp>,
     /// Whether the instance can get further by itself (see [`settled`]).
     pub settled: Option<Settled>,
+    /// A steady-state check that found nothing and was kept apart from
+    /// the instance (see [`QuietChecks`]).
+    pub quiet: bool,
 }
 
 /// Runs convergence steps against the injected ports.
@@ -380,6 +383,7 @@ impl Progress {
             dispatched: self.dispatched,
             next_check_at,
             settled: Some(settled(stored)),
+            quiet: false,
         }
     }
 }

@@ -211,5 +211,6 @@ fn report(record: &InstanceRecord, ran: Option<&JobRecord>) -> StepReport {
         dispatched: ran.map(|job| job.id.clone()).into_iter().collect(),
         next_check_at: record.next_check_at,
         settled: Some(settled(record)),
+        quiet: true,
     }
 }
