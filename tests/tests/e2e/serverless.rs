@@ -650,14 +650,26 @@ async fn steadily_checked(
     interval: &str,
     clock: Option<Arc<ManualClock>>,
 ) -> (Harness, Worker, tempfile::TempDir) {
+    steadily_checked_services(counter, interval, clock, &[]).await
+}
+
+/// [`steadily_checked`] with more services on the same runtime.
+async fn steadily_checked_services(
+    counter: &vergence_e2e::wire::RequestCounter,
+    interval: &str,
+    clock: Option<Arc<ManualClock>>,
+    more: &[&str],
+) -> (Harness, Worker, tempfile::TempDir) {
     let (dynamodb, sqs) = endpoints().unwrap();
     let mut h = Harness::start_with(&dynamodb, &sqs, clock, Some(counter.clone())).await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("vergence.yaml"),
-        STEADY_CONFIG.replace("INTERVAL", interval),
-    )
-    .unwrap();
+    let mut config = STEADY_CONFIG.replace("INTERVAL", interval);
+    for service in more {
+        config.push_str(&format!(
+            "---\nservice:\n  name: {service}\n  runtime: checked\n"
+        ));
+    }
+    std::fs::write(dir.path().join("vergence.yaml"), config).unwrap();
     h.control()
         .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
@@ -925,4 +937,49 @@ async fn a_broken_chain_of_checks_is_found_by_the_scheduler() {
     let after = the_converged_instance(&h).await;
     assert!(after.watchdog_at > before.watchdog_at, "{after:?}");
     assert!(after.revision > before.revision);
+}
+
+/// The next checks of one batch's steps go out together: a batch of quiet
+/// checks costs one send, not one per check (docs/cost.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_checks_of_one_batch_send_their_next_checks_together() {
+    if endpoints().is_none() {
+        return;
+    }
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) =
+        steadily_checked_services(&counter, "1s", None, &["web", "shop"]).await;
+    // Each instance's next check, gathered into one batch as Lambda would.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut batch = h.receive(Duration::from_secs(3)).await;
+    while batch.records.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "not every instance has its next check"
+        );
+        let more = h.receive(Duration::from_secs(2)).await;
+        batch.records.extend(more.records);
+    }
+    // Each is due: the last one sent was sent a second ago at most.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    counter.reset();
+    let response = h.deliver(&worker, batch).await;
+    assert!(response.batch_item_failures.is_empty());
+    let steps = counter.snapshot();
+    assert_eq!(
+        steps.get("SQS.SendMessageBatch"),
+        Some(&1),
+        "three checks, one send: {steps:?}"
+    );
+    assert_eq!(
+        steps.get("DynamoDB.PutItem"),
+        Some(&3),
+        "three quiet checks: {steps:?}"
+    );
+    let next = h.receive(Duration::from_secs(3)).await;
+    let mut more = next.records.len();
+    if more < 3 {
+        more += h.receive(Duration::from_secs(2)).await.records.len();
+    }
+    assert_eq!(more, 3, "every instance's next check was sent");
 }
