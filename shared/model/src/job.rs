@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -398,11 +399,12 @@ pub enum JobState {
 pub struct JobRecord {
     pub id: JobId,
     pub instance: InstanceKey,
-    pub ids: InstanceIds,
+    pub ids: Arc<InstanceIds>,
     pub kind: JobKind,
     pub version: Version,
     pub attempt: u32,
-    pub spec: JobSpec,
+    /// The compiled spec, shared with the instance it came from.
+    pub spec: Arc<JobSpec>,
     /// Absolute directory `spec.working_dir` is relative to, for local runs.
     pub workspace_root: Option<String>,
     #[serde(default)]

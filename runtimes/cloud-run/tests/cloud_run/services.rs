@@ -107,7 +107,8 @@ fn job(kind: JobKind, service: &CloudRunService) -> JobRecord {
                 JobKind::Apply => BuiltinJob::CloudRunApply(service.clone()),
                 _ => BuiltinJob::CloudRunFetch(service.clone()),
             }),
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: now,

@@ -116,7 +116,8 @@ pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
             timeout: SignedDuration::from_mins(1),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: t(0),

@@ -72,7 +72,8 @@ pub fn job(runner: RunnerSpec, kind: JobKind, image: &str, cmd: &[&str]) -> JobR
             timeout: SignedDuration::from_mins(10),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: now,
