@@ -66,16 +66,16 @@ impl FieldHasher {
         self.field(&[&digits[..len]]);
     }
 
-    /// Appends the first `len` hex digits of the digest to `out`.
-    pub fn push_hex(self, out: &mut String, len: usize) {
+    /// The digest in lowercase hex, one ASCII digit at a time.
+    pub fn hex(self) -> impl Iterator<Item = u8> {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let digest = self.0.finalize();
-        for (i, byte) in digest.iter().enumerate().take(len.div_ceil(2)) {
-            out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-            if 2 * i + 1 < len {
-                out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-            }
-        }
+        let digest: [u8; 32] = self.0.finalize().into();
+        digest.into_iter().flat_map(|byte| {
+            [
+                DIGITS[usize::from(byte >> 4)],
+                DIGITS[usize::from(byte & 0xf)],
+            ]
+        })
     }
 }
 
@@ -125,12 +125,8 @@ mod tests {
         hasher.field(&[b"apply"]);
         hasher.number(7u64);
         hasher.number(-1_800_000_000_123i64);
-        let mut odd = String::from("x-");
-        hasher.clone().push_hex(&mut odd, 21);
-        let mut hex = String::new();
-        hasher.push_hex(&mut hex, 64);
-        assert_eq!(hex, whole);
-        assert_eq!(odd, format!("x-{}", &whole[..21]));
+        let hex: Vec<u8> = hasher.hex().collect();
+        assert_eq!(String::from_utf8(hex).ok(), Some(whole));
     }
 
     #[test]

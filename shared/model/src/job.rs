@@ -14,9 +14,11 @@ use super::runner::{RunnerSpec, SecretRef};
 
 /// A job id. Deterministic per (instance, version, kind, sequence) so a
 /// redelivered message can never create a second job for the same attempt.
+/// Shared, not copied: the job, the instance's in-flight job and the events
+/// about it carry the same id.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct JobId(pub String);
+pub struct JobId(pub Arc<str>);
 
 impl JobId {
     pub fn as_str(&self) -> &str {
@@ -121,7 +123,7 @@ impl Artifact {
     /// The job whose files hold `key` (the `<job>` of `jobs/<job>/…`).
     pub fn job_of(key: &str) -> Option<JobId> {
         let (job, _) = key.strip_prefix("jobs/")?.split_once('/')?;
-        (!job.is_empty()).then(|| JobId(job.to_owned()))
+        (!job.is_empty()).then(|| JobId(job.into()))
     }
 }
 

@@ -357,7 +357,7 @@ async fn plain_and_transactional_writers_of_one_revision_have_exactly_one_winner
     for i in (1..16).step_by(2) {
         let stored = f
             .store
-            .get_job(&JobId(format!("job-{i}")))
+            .get_job(&JobId(format!("job-{i}").into()))
             .await
             .expect("get");
         assert_eq!(stored.is_some(), i == winner, "job-{i}");

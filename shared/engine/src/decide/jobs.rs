@@ -169,12 +169,18 @@ impl Decider<'_> {
         digest.field(&[kind.as_str().as_bytes()]);
         digest.number(seq);
         digest.number(self.now.as_millisecond());
-        let kind_name = kind.as_str();
-        let mut id = String::with_capacity(kind_name.len() + 21);
-        id.extend(kind_name.chars().map(|c| c.to_ascii_lowercase()));
-        id.push('-');
-        digest.push_hex(&mut id, 20);
-        let id = JobId(id);
+        // `<kind>-<20 hex digits>`, put together on the stack: the shared
+        // text is the id's one allocation.
+        let mut text = [0u8; 32];
+        let digits = (kind.as_str().bytes().map(|b| b.to_ascii_lowercase()))
+            .chain([b'-'])
+            .chain(digest.hex().take(20));
+        let mut len = 0;
+        for (slot, digit) in text.iter_mut().zip(digits) {
+            *slot = digit;
+            len += 1;
+        }
+        let id = JobId(Arc::from(&*String::from_utf8_lossy(&text[..len])));
         let deadline = after(after(self.now, job_spec.timeout), LOST_JOB_SLACK);
         self.state.in_flight = Some(InFlightJob {
             job_id: id.clone(),

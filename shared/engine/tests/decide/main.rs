@@ -52,7 +52,7 @@ fn a_decision_shares_the_job_spec_actor_and_ids_instead_of_copying_them() {
     // the lists they go in.
     let counts = (apply_allocations, fetch_allocations, noop_allocations);
     assert!(
-        apply_allocations <= 11 && fetch_allocations <= 8 && noop_allocations <= 6,
+        apply_allocations <= 9 && fetch_allocations <= 7 && noop_allocations <= 5,
         "allocations of an apply, a fetch and a no-op decision: {counts:?}"
     );
 }

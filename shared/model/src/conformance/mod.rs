@@ -100,7 +100,7 @@ pub fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRe
 /// A created apply job of `key`.
 pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
     JobRecord {
-        id: JobId(id.to_owned()),
+        id: JobId(id.into()),
         instance: key.clone(),
         ids: InstanceIds::of(key),
         kind: JobKind::Apply,
