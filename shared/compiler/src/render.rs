@@ -183,7 +183,7 @@ impl ConfigModel {
                     };
                     let job = render_job(job, runner, &scope, &BTreeMap::new(), &BTreeMap::new())?;
                     ProtectionCheck::Job {
-                        job: Box::new(job).into(),
+                        job: std::sync::Arc::new(job),
                     }
                 }
             };
