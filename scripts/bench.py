@@ -497,9 +497,11 @@ def cost_model(bench: dict) -> dict:
         return {
             "dynamodb": num(name, "rru") * PRICES["dynamodb_per_million_read_units"] / m
             + num(name, "wru") * PRICES["dynamodb_per_million_write_units"] / m,
-            # The worker's own sends, and the event source mapping's receive
-            # and delete, one of each per batch.
-            "sqs": (num(name, "sqs_requests") + 2 / t["batch"]) * PRICES["sqs_per_million_requests"] / m,
+            # The worker's own sends, which go out once per batch (its
+            # outbox; serverless::quiet_checks_of_one_batch_send_their_next_checks_together),
+            # and the event source mapping's receive and delete, one of each
+            # per batch.
+            "sqs": (num(name, "sqs_requests") + 2) / t["batch"] * PRICES["sqs_per_million_requests"] / m,
             # One batch of `batch` checks is one invocation; the worker steps
             # its messages one after the other, so it lasts `batch` checks.
             "lambda": (num(name, "ms") / num(name, "invocations")) / 1000 * t["worker_mb"] / 1024

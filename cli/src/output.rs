@@ -150,7 +150,7 @@ pub fn events_table(out: &mut impl Write, events: &[Event]) -> std::io::Result<(
                 e.at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
                 event_subject(e),
                 e.kind.name().to_owned(),
-                e.actor.clone(),
+                e.actor.to_string(),
                 what,
             ]
         })

@@ -517,7 +517,8 @@ impl BoundedRunner {
         let Some(cut) = Cut::of(bounded.spec.timeout, self.limit, left, self.margin) else {
             return Ok((bounded, None));
         };
-        bounded.spec.timeout = jiff::SignedDuration::try_from(cut.allowed).unwrap_or_default();
+        Arc::make_mut(&mut bounded.spec).timeout =
+            jiff::SignedDuration::try_from(cut.allowed).unwrap_or_default();
         Ok((bounded, Some(cut)))
     }
 }

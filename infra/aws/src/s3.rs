@@ -105,7 +105,7 @@ impl ArtifactStore for S3ArtifactStore {
                     .and_then(|p| p.strip_suffix('/'))
                     .filter(|id| !id.is_empty());
                 if let Some(id) = id {
-                    ids.push(JobId(id.to_owned()));
+                    ids.push(JobId(id.into()));
                 }
             }
         }

@@ -92,7 +92,7 @@ impl ArtifactStore for DirArtifactStore {
             .map_err(|e| io_error("jobs", &e))?
         {
             if let Some(name) = entry.file_name().to_str() {
-                ids.push(JobId(name.to_owned()));
+                ids.push(JobId(name.into()));
             }
         }
         Ok(ids)

@@ -269,7 +269,7 @@ impl Notifier {
             application: notification.application.clone(),
             service: notification.service.clone(),
             release_channel: notification.release_channel.clone(),
-            actor: "notifier".to_owned(),
+            actor: "notifier".into(),
             kind: EventKind::NotificationFailed {
                 notification: rule.name.clone(),
                 delivery_id: notification.delivery_id.clone(),

@@ -138,7 +138,7 @@ impl Cluster {
             .filter_map(|job| {
                 let job_id = job.metadata.labels.as_ref()?.get(labels::JOB_ID)?;
                 Some(Watched {
-                    job_id: JobId(job_id.clone()),
+                    job_id: JobId(job_id.clone().into()),
                     namespace: self.namespace.clone(),
                     job_name: job.metadata.name.clone()?,
                 })

@@ -67,7 +67,8 @@ fn job(image: Option<&str>) -> JobRecord {
             timeout: SignedDuration::from_mins(5),
             outputs: vec!["plan".into()],
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: vec![Artifact::of("plan", "jobs/fetch-1/outputs/plan", b"p")],
         created_at: now,

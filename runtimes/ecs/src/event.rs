@@ -74,7 +74,7 @@ pub fn task_state_change(body: &str) -> Result<Option<TaskStateChange>, EcsError
         return Ok(None);
     };
     Ok(Some(TaskStateChange {
-        job: JobId(job),
+        job: JobId(job.into()),
         task: JobHandle(detail.task_arn),
         cluster_arn: detail.cluster_arn,
         last_status: detail.last_status,

@@ -103,7 +103,7 @@ mod tests {
             job_name(&JobId("apply-0123456789abcdef0123".into())),
             "vergence-apply-0123456789abcdef0123"
         );
-        let odd = job_name(&JobId(format!("Fetch_{}", "x".repeat(80))));
+        let odd = job_name(&JobId(format!("Fetch_{}", "x".repeat(80)).into()));
         assert!(odd.len() <= 57, "{odd}");
         assert!(odd.starts_with("vergence-fetch-xxx"), "{odd}");
     }

@@ -101,9 +101,9 @@ async fn stored_job(store: &dyn StateStore, service: &str, id: &str) -> JobRecor
         "prod".parse().unwrap(),
     );
     let mut job = job(id, &key);
-    job.spec.runner = spec("prod-eu");
-    job.spec.image = Some("registry.example/deployer:1".into());
-    job.spec.secret_env = BTreeMap::from([(
+    Arc::make_mut(&mut job.spec).runner = spec("prod-eu");
+    Arc::make_mut(&mut job.spec).image = Some("registry.example/deployer:1".into());
+    Arc::make_mut(&mut job.spec).secret_env = BTreeMap::from([(
         "TOKEN".to_owned(),
         SecretRef::KubernetesSecret {
             name: "deploy".into(),

@@ -102,7 +102,7 @@ impl ConfigModel {
             runtime: jobs.runtime,
             workspace_root: self.root.clone(),
             apply: ApplySpec {
-                job: with_version(jobs.apply, version),
+                job: with_version(jobs.apply, version).into(),
                 retryable_exit_codes: runtime
                     .map(|r| r.retryable_exit_codes.clone())
                     .unwrap_or_default(),
@@ -112,7 +112,7 @@ impl ConfigModel {
                 .fetch
                 .zip(runtime.and_then(|r| r.fetch.as_ref()))
                 .map(|(job, f)| FetchSpec {
-                    job: with_version(job, version),
+                    job: with_version(job, version).into(),
                     mode: f.mode,
                     poll_interval: f.poll_interval,
                     steady_state_poll_interval: f.steady_state_poll_interval,
@@ -121,7 +121,7 @@ impl ConfigModel {
                 .get_info
                 .zip(runtime.and_then(|r| r.get_info.as_ref()))
                 .map(|(job, g)| GetInfoSpec {
-                    job,
+                    job: job.into(),
                     poll_interval: g.poll_interval,
                 }),
             convergence_grace_period: runtime.map_or(jiff::SignedDuration::from_mins(10), |r| {
@@ -182,7 +182,9 @@ impl ConfigModel {
                         ..attachment_scope
                     };
                     let job = render_job(job, runner, &scope, &BTreeMap::new(), &BTreeMap::new())?;
-                    ProtectionCheck::Job { job: Box::new(job) }
+                    ProtectionCheck::Job {
+                        job: std::sync::Arc::new(job),
+                    }
                 }
             };
             for lifecycle in &usage.lifecycles {

@@ -117,7 +117,7 @@ pub fn moment(at: Timestamp) -> String {
 
 impl Decider<'_> {
     fn event(&mut self, kind: EventKind, message: impl Into<String>) {
-        self.events.push(Event::for_instance(
+        self.events.push(Event::for_instance_by(
             self.key, self.now, ACTOR, kind, message,
         ));
     }

@@ -42,7 +42,7 @@ fn rolled_back_to_v1() -> Sim {
     assert_eq!(sim.status(), Status::Converged);
     let mut v2 = v1;
     v2.version = n("v2");
-    v2.apply.job = job_spec("./apply-v2");
+    v2.apply.job = job_spec("./apply-v2").into();
     sim.set_desired(v2);
     sim.step();
     settle(&mut sim, &mut deployed);
@@ -72,7 +72,7 @@ fn a_rolled_back_instance_records_nothing_on_steady_state_fetches_that_find_it_u
 #[test]
 fn a_job_that_cannot_start_a_bare_script_name_suggests_dot_slash() {
     let mut s = spec("prod", "v1", None);
-    s.apply.job = job_spec("deploy.sh");
+    s.apply.job = job_spec("deploy.sh").into();
     s.apply.retry_policy.max_attempts = 1;
     let mut sim = Sim::new(s);
     sim.step();
@@ -89,7 +89,7 @@ fn a_job_that_cannot_start_a_bare_script_name_suggests_dot_slash() {
 #[test]
 fn a_job_that_cannot_start_a_path_gets_no_suggestion() {
     let mut s = spec("prod", "v1", None);
-    s.apply.job = job_spec("./deploy.sh");
+    s.apply.job = job_spec("./deploy.sh").into();
     s.apply.retry_policy.max_attempts = 1;
     let mut sim = Sim::new(s);
     sim.step();

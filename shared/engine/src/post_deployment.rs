@@ -150,7 +150,7 @@ mod tests {
                 duration: SignedDuration::from_secs(duration_secs),
             },
             check: vergence_model::ProtectionCheck::Job {
-                job: Box::new(job_spec(&format!("./{name}"))),
+                job: std::sync::Arc::new(job_spec(&format!("./{name}"))),
             },
             poll_interval: SignedDuration::from_mins(1),
             attached_to: "release channel prod".into(),

@@ -166,7 +166,7 @@ mod tests {
 
     fn good(version: &str) -> Box<RollbackTarget> {
         let mut apply = spec("prod", version, None).apply;
-        apply.job = job_spec(&format!("./apply-{version}"));
+        apply.job = job_spec(&format!("./apply-{version}")).into();
         Box::new(RollbackTarget {
             version: n(version),
             apply,

@@ -241,7 +241,8 @@ mod tests {
                 runner: ecs(),
                 builtin,
                 ..crate::tests::job_spec("./apply")
-            },
+            }
+            .into(),
             workspace_root: None,
             inputs: Vec::new(),
             created_at: jiff::Timestamp::UNIX_EPOCH,

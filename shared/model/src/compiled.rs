@@ -1,6 +1,8 @@
 //! The compiler's output: everything the engine needs to converge one
 //! service instance, with every template already resolved.
 
+use std::sync::Arc;
+
 use jiff::SignedDuration;
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +18,8 @@ use super::window::TimeWindows;
 #[serde(rename_all = "camelCase")]
 pub struct CompiledInstance {
     pub key: InstanceKey,
-    pub ids: InstanceIds,
+    /// Shared with every job of the instance.
+    pub ids: Arc<InstanceIds>,
     /// The version this instance should run.
     pub version: Version,
     pub runtime: RuntimeName,
@@ -67,7 +70,7 @@ impl CompiledInstance {
             .chain([self.get_info.as_ref().map(|g| &g.job)])
             .flatten()
             .chain(self.protections.iter().filter_map(|p| match &p.check {
-                ProtectionCheck::Job { job } => Some(job.as_ref()),
+                ProtectionCheck::Job { job } => Some(job),
                 ProtectionCheck::Alert { .. } => None,
             }));
         for job in jobs {
@@ -82,7 +85,9 @@ impl CompiledInstance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplySpec {
-    pub job: JobSpec,
+    /// Shared with every job started from it: a job runs the spec as
+    /// compiled, and a decision that starts one copies no part of it.
+    pub job: Arc<JobSpec>,
     /// Exit codes that mean "try again later", never counted as failures.
     pub retryable_exit_codes: Vec<i32>,
     pub retry_policy: RetryPolicy,
@@ -135,7 +140,7 @@ pub enum FetchMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FetchSpec {
-    pub job: JobSpec,
+    pub job: Arc<JobSpec>,
     pub mode: FetchMode,
     /// How often to fetch until converged.
     pub poll_interval: SignedDuration,
@@ -146,7 +151,7 @@ pub struct FetchSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GetInfoSpec {
-    pub job: JobSpec,
+    pub job: Arc<JobSpec>,
     pub poll_interval: SignedDuration,
 }
 

@@ -1,6 +1,8 @@
 //! Events: the audit trail. Every status transition, job, config change,
 //! release and approval is recorded with who or what caused it and why.
 
+use std::borrow::Cow;
+
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -157,7 +159,8 @@ pub struct Event {
     pub service: Option<ServiceName>,
     pub release_channel: Option<ReleaseChannelName>,
     /// Who or what caused it: `engine`, `cli:alice`, `api:token-ci`, …
-    pub actor: String,
+    /// Borrowed when it is a constant (the engine's every event).
+    pub actor: Cow<'static, str>,
     #[serde(flatten)]
     pub kind: EventKind,
     /// The human sentence: what happened and why.
@@ -173,13 +176,35 @@ impl Event {
         kind: EventKind,
         message: impl Into<String>,
     ) -> Self {
+        Self::about(key, at, Cow::Owned(actor.into()), kind, message)
+    }
+
+    /// The same, by an actor whose name is a constant (the engine, on every
+    /// decision it records): the events share the name instead of copying it.
+    pub fn for_instance_by(
+        key: &InstanceKey,
+        at: Timestamp,
+        actor: &'static str,
+        kind: EventKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::about(key, at, Cow::Borrowed(actor), kind, message)
+    }
+
+    fn about(
+        key: &InstanceKey,
+        at: Timestamp,
+        actor: Cow<'static, str>,
+        kind: EventKind,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             id: String::new(),
             at,
             application: key.application.clone(),
             service: Some(key.service.clone()),
             release_channel: Some(key.release_channel.clone()),
-            actor: actor.into(),
+            actor,
             kind,
             message: crate::text::sentence(message),
         }

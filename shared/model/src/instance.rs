@@ -95,16 +95,17 @@ pub struct InstanceIds {
 
 impl InstanceIds {
     /// Ids derived from names: stable across config edits, unique per scope.
-    pub fn of(key: &InstanceKey) -> Self {
+    /// Shared: the compiled instance and each of its jobs carry the same ids.
+    pub fn of(key: &InstanceKey) -> std::sync::Arc<Self> {
         let app = key.application.as_str();
-        Self {
+        std::sync::Arc::new(Self {
             application_id: stable_id("application", app),
             release_channel_id: stable_id(
                 "release-channel",
                 &format!("{app}/{}", key.release_channel),
             ),
             service_id: stable_id("service", &format!("{app}/{}", key.service)),
-        }
+        })
     }
 }
 

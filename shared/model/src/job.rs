@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -13,9 +14,11 @@ use super::runner::{RunnerSpec, SecretRef};
 
 /// A job id. Deterministic per (instance, version, kind, sequence) so a
 /// redelivered message can never create a second job for the same attempt.
+/// Shared, not copied: the job, the instance's in-flight job and the events
+/// about it carry the same id.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct JobId(pub String);
+pub struct JobId(pub Arc<str>);
 
 impl JobId {
     pub fn as_str(&self) -> &str {
@@ -120,7 +123,7 @@ impl Artifact {
     /// The job whose files hold `key` (the `<job>` of `jobs/<job>/…`).
     pub fn job_of(key: &str) -> Option<JobId> {
         let (job, _) = key.strip_prefix("jobs/")?.split_once('/')?;
-        (!job.is_empty()).then(|| JobId(job.to_owned()))
+        (!job.is_empty()).then(|| JobId(job.into()))
     }
 }
 
@@ -398,11 +401,12 @@ pub enum JobState {
 pub struct JobRecord {
     pub id: JobId,
     pub instance: InstanceKey,
-    pub ids: InstanceIds,
+    pub ids: Arc<InstanceIds>,
     pub kind: JobKind,
     pub version: Version,
     pub attempt: u32,
-    pub spec: JobSpec,
+    /// The compiled spec, shared with the instance it came from.
+    pub spec: Arc<JobSpec>,
     /// Absolute directory `spec.working_dir` is relative to, for local runs.
     pub workspace_root: Option<String>,
     #[serde(default)]

@@ -87,7 +87,7 @@ impl<'de> Deserialize<'de> for ProtectionKey {
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum ProtectionCheck {
     /// A job; exit 0 = pass.
-    Job { job: Box<JobSpec> },
+    Job { job: std::sync::Arc<JobSpec> },
     /// An alert whose state is pushed from outside (`vergence alert set`,
     /// the API, an Alertmanager webhook); passes while not firing.
     Alert { alert: String },

@@ -226,7 +226,9 @@ async fn large_job_inputs_and_results_round_trip_and_a_duplicate_report_leaves_n
     let mut planned = job("job-big", &k);
     // Records hold artifact references, not content; a huge environment
     // still makes the job record spill into parts.
-    planned.spec.env.insert("LARGE".into(), noise(400_000));
+    Arc::make_mut(&mut planned.spec)
+        .env
+        .insert("LARGE".into(), noise(400_000));
     planned.inputs = vec![Artifact::of(
         "plan",
         "jobs/fetch-1/outputs/plan",
@@ -292,7 +294,9 @@ async fn a_commit_that_loses_its_race_leaves_no_job_parts_behind() {
         .expect("update");
     let mut stale = put(record(&k, None), Some(r1));
     let mut big = job("job-stale", &k);
-    big.spec.env.insert("LARGE".into(), noise(500_000));
+    Arc::make_mut(&mut big.spec)
+        .env
+        .insert("LARGE".into(), noise(500_000));
     stale.new_jobs.push(big);
     assert!(matches!(
         f.store.commit(stale).await,
@@ -353,7 +357,7 @@ async fn plain_and_transactional_writers_of_one_revision_have_exactly_one_winner
     for i in (1..16).step_by(2) {
         let stored = f
             .store
-            .get_job(&JobId(format!("job-{i}")))
+            .get_job(&JobId(format!("job-{i}").into()))
             .await
             .expect("get");
         assert_eq!(stored.is_some(), i == winner, "job-{i}");
@@ -476,7 +480,9 @@ async fn an_ended_job_and_every_part_of_it_expire_after_the_retention() {
     };
     let k = key("web");
     let mut planned = job("job-ttl", &k);
-    planned.spec.env.insert("LARGE".into(), noise(400_000));
+    Arc::make_mut(&mut planned.spec)
+        .env
+        .insert("LARGE".into(), noise(400_000));
     let mut commit = put(record(&k, None), None);
     commit.new_jobs.push(planned.clone());
     store.commit(commit).await.expect("commit");

@@ -52,7 +52,7 @@ async fn the_files_of_jobs_the_state_no_longer_has_are_deleted_and_no_others() {
     // Files of 15 jobs, two each: the 3 kept and 12 the state pruned.
     let gone: Vec<String> = (0..12).map(|n| format!("fetch-old-{n}")).collect();
     for id in kept.iter().chain(&gone) {
-        let id = JobId(id.clone());
+        let id = JobId(id.clone().into());
         for name in ["plan", "plan.json"] {
             artifacts
                 .put(&Artifact::output_key(&id, name), b"content")
@@ -72,7 +72,7 @@ async fn the_files_of_jobs_the_state_no_longer_has_are_deleted_and_no_others() {
         .await
         .unwrap()
         .into_iter()
-        .map(|id| id.0)
+        .map(|id| id.to_string())
         .collect();
     let mut expected: BTreeSet<String> = kept.iter().cloned().collect();
     expected.insert("fetch-old-0".into());

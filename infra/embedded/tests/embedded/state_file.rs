@@ -62,7 +62,7 @@ async fn finished_jobs_are_kept_to_the_newest_few_per_instance() {
                 events: Vec::new(),
             };
             revision = Some(store.commit(commit).await.unwrap());
-            let id = JobId(id);
+            let id = JobId(id.into());
             assert!(store.claim_job(&id, t(n)).await.unwrap());
             let result = JobResult::without_output(JobOutcome::Exited, t(n));
             assert!(store.finish_job(&id, &result).await.unwrap());
@@ -70,7 +70,7 @@ async fn finished_jobs_are_kept_to_the_newest_few_per_instance() {
     }
     let kept = |service: &str, n: usize| {
         let store = store.clone();
-        let id = JobId(format!("{service}-{n}"));
+        let id = JobId(format!("{service}-{n}").into());
         async move { store.get_job(&id).await.unwrap().is_some() }
     };
     for n in 0..25 {

@@ -14,7 +14,7 @@ async fn a_plan_written_by_the_job_is_an_output_and_handed_to_the_next_job_as_an
         r#"printf 'plan for %s' "$VERGENCE_SERVICE_VERSION" > plan
 curl -sf -T plan "$(printf %s "$VERGENCE_OUTPUT_URLS" | jq -r .plan)""#,
     );
-    fetch.spec.outputs = vec!["plan".into()];
+    Arc::make_mut(&mut fetch.spec).outputs = vec!["plan".into()];
 
     let planned = h.run(&fetch).await;
 

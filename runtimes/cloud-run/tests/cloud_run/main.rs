@@ -135,7 +135,8 @@ pub fn job(id: &str, image: &str, cmd: &[&str]) -> JobRecord {
             timeout: SignedDuration::from_mins(2),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: now,

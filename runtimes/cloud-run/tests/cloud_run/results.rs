@@ -121,7 +121,7 @@ async fn a_job_that_never_finishes_times_out_on_the_platform() {
     let never = FakeCloudRun::builder().executor(NeverEndingExecutor);
     let h = Harness::with(never, settings()).await;
     let mut stuck = shell_job("apply-1", "sleep 600");
-    stuck.spec.timeout = SignedDuration::from_secs(1);
+    Arc::make_mut(&mut stuck.spec).timeout = SignedDuration::from_secs(1);
     let began = Instant::now();
 
     let result = h.run(&stuck).await;

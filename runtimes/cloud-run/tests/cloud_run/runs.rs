@@ -22,13 +22,15 @@ async fn a_run_carries_the_args_env_and_timeout_and_secrets_as_secret_refs() {
     let canned = FakeCloudRun::builder().executor(CannedExecutor::new(TaskOutcome::Exited(0)));
     let h = Harness::with(canned, settings()).await;
     let mut deploy = job("apply-1", IMAGE, &["deploy", "--fast", "--to=prod"]);
-    deploy.spec.env.insert("LOG".into(), "debug".into());
-    deploy.spec.secret_env.insert(
+    Arc::make_mut(&mut deploy.spec)
+        .env
+        .insert("LOG".into(), "debug".into());
+    Arc::make_mut(&mut deploy.spec).secret_env.insert(
         "DB_PASSWORD".into(),
         SecretRef::GcpSecretManager(format!("projects/{PROJECT}/secrets/db/versions/3")),
     );
-    deploy.spec.outputs = vec!["plan".into()];
-    deploy.spec.timeout = SignedDuration::from_mins(7);
+    Arc::make_mut(&mut deploy.spec).outputs = vec!["plan".into()];
+    Arc::make_mut(&mut deploy.spec).timeout = SignedDuration::from_mins(7);
 
     let dispatched = dispatch(&h.runner, &deploy).await;
 
@@ -101,7 +103,7 @@ async fn a_run_carries_the_args_env_and_timeout_and_secrets_as_secret_refs() {
 async fn a_secret_cloud_run_cannot_read_is_refused_naming_the_variable() {
     let h = Harness::start().await;
     let mut deploy = shell_job("apply-1", "true");
-    deploy.spec.secret_env.insert(
+    Arc::make_mut(&mut deploy.spec).secret_env.insert(
         "DB_PASSWORD".into(),
         SecretRef::AwsSecretsManager("arn:aws:secretsmanager:eu-west-1:1:secret:db".into()),
     );

@@ -78,11 +78,14 @@ fn job(kind: JobKind, service: &CloudRunService) -> JobRecord {
     let key = InstanceKey::parse_storage_id("shop/web/prod").unwrap();
     let now = Timestamp::now();
     JobRecord {
-        id: JobId(format!(
-            "{}-{:020x}",
-            kind.as_str().to_lowercase(),
-            fastrand::u128(..1 << 80)
-        )),
+        id: JobId(
+            format!(
+                "{}-{:020x}",
+                kind.as_str().to_lowercase(),
+                fastrand::u128(..1 << 80)
+            )
+            .into(),
+        ),
         ids: InstanceIds::of(&key),
         instance: key,
         kind,
@@ -107,7 +110,8 @@ fn job(kind: JobKind, service: &CloudRunService) -> JobRecord {
                 JobKind::Apply => BuiltinJob::CloudRunApply(service.clone()),
                 _ => BuiltinJob::CloudRunFetch(service.clone()),
             }),
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: now,

@@ -95,7 +95,7 @@ async fn run_task_carries_the_command_env_and_secrets_as_valuefrom() {
         "deploy-tools:1.4.0",
         &["./deploy.sh", "--env", "prod"],
     );
-    job.spec.secret_env = BTreeMap::from([
+    std::sync::Arc::make_mut(&mut job.spec).secret_env = BTreeMap::from([
         (
             "DEPLOY_TOKEN".to_owned(),
             SecretRef::AwsSecretsManager(
@@ -194,7 +194,7 @@ async fn a_secret_ecs_cannot_read_is_refused_before_a_task_starts() {
         return;
     };
     let mut job = moto.job(JobKind::Apply, "deploy-tools:1.4.0", &["./deploy.sh"]);
-    job.spec.secret_env = BTreeMap::from([(
+    std::sync::Arc::make_mut(&mut job.spec).secret_env = BTreeMap::from([(
         "DEPLOY_TOKEN".to_owned(),
         SecretRef::FromEnv("CI_DEPLOY_TOKEN".into()),
     )]);
@@ -258,7 +258,9 @@ async fn run_task_failures_are_an_error_with_ecs_reason() {
     assert!(err.contains("RESOURCE:ENI"), "{err}");
 
     let mut missing = moto.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]);
-    if let vergence_model::RunnerSpec::Ecs(spec) = &mut missing.spec.runner {
+    if let vergence_model::RunnerSpec::Ecs(spec) =
+        &mut std::sync::Arc::make_mut(&mut missing.spec).runner
+    {
         spec.cluster = "no-such-cluster".into();
     }
     let err = moto
@@ -310,7 +312,9 @@ async fn a_runtime_in_another_region_runs_its_tasks_there() {
     let home = crate::common::moto_in(&url, "us-east-1").await;
     let away = crate::common::moto_in(&url, "eu-west-1").await;
     let mut job = away.job(JobKind::Fetch, "deploy-tools:1.4.0", &["./check.sh"]);
-    if let vergence_model::RunnerSpec::Ecs(spec) = &mut job.spec.runner {
+    if let vergence_model::RunnerSpec::Ecs(spec) =
+        &mut std::sync::Arc::make_mut(&mut job.spec).runner
+    {
         spec.region = Some("eu-west-1".into());
     }
     // The runner's own clients are in us-east-1.

@@ -143,7 +143,7 @@ async fn a_plan_written_by_the_job_is_an_output_and_handed_to_the_next_job_as_an
     };
     let runner = moto.runner();
     let mut fetch = moto.job(JobKind::Fetch, "terraform:1.9", &["./plan.sh"]);
-    fetch.spec.outputs = vec!["plan".into()];
+    std::sync::Arc::make_mut(&mut fetch.spec).outputs = vec!["plan".into()];
     let (fetch, handle) = dispatch(&runner, &fetch).await;
     let env = moto.task_env(&handle).await;
     let plan = b"terraform plan: 1 to add, 0 to change, 0 to destroy";

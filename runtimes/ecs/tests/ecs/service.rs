@@ -101,8 +101,8 @@ impl Bed {
             "unused",
             &[],
         );
-        job.spec.image = None;
-        job.spec.builtin = Some(match kind {
+        Arc::make_mut(&mut job.spec).image = None;
+        Arc::make_mut(&mut job.spec).builtin = Some(match kind {
             JobKind::Apply => BuiltinJob::EcsApply(service.clone()),
             _ => BuiltinJob::EcsFetch(service.clone()),
         });

@@ -31,7 +31,7 @@ async fn run(runner: &LocalRunner, sink: &CollectingSink, job: &JobRecord) -> Jo
 
 fn image_job(root: &Path, cmd: &[&str]) -> JobRecord {
     let mut job = job(root, cmd);
-    job.spec.image = Some(IMAGE.into());
+    Arc::make_mut(&mut job.spec).image = Some(IMAGE.into());
     job
 }
 
@@ -68,13 +68,15 @@ printf '{"version": "%s", "replicas": 3}\n' "$VERGENCE_SERVICE_VERSION""#,
     );
     let plan = stored("plan.bin", &[0, 1, 2, 255]).await;
     let mut job = image_job(root.path(), &["./fetch.sh", "--check"]);
-    job.spec.working_dir = "services/api".into();
-    job.spec.env.insert("REGION".into(), "eu-west-1".into());
+    Arc::make_mut(&mut job.spec).working_dir = "services/api".into();
+    Arc::make_mut(&mut job.spec)
+        .env
+        .insert("REGION".into(), "eu-west-1".into());
     let secret = std::env::var("PATH").unwrap();
-    job.spec
+    Arc::make_mut(&mut job.spec)
         .secret_env
         .insert("DEPLOY_TOKEN".into(), SecretRef::FromEnv("PATH".into()));
-    job.spec.outputs = vec!["plan-copy".into()];
+    Arc::make_mut(&mut job.spec).outputs = vec!["plan-copy".into()];
     job.inputs = vec![plan.clone()];
     let sink = Arc::new(CollectingSink::default());
 
@@ -198,7 +200,7 @@ async fn an_image_docker_cannot_find_is_not_started_with_dockers_reason() {
     let stand_in = StandIn::new(&["docker"]);
     let root = tempfile::tempdir().unwrap();
     let mut job = image_job(root.path(), &["terraform", "plan"]);
-    job.spec.image = Some("missing/terraform:1.9".into());
+    Arc::make_mut(&mut job.spec).image = Some("missing/terraform:1.9".into());
     let sink = Arc::new(CollectingSink::default());
 
     let result = run(&runner(&stand_in, sink.clone()), &sink, &job).await;
@@ -240,7 +242,7 @@ async fn a_timeout_kills_the_container() {
     let stand_in = StandIn::new(&["docker"]);
     let root = tempfile::tempdir().unwrap();
     let mut job = image_job(root.path(), &["sh", "-c", "echo started; sleep 1000"]);
-    job.spec.timeout = SignedDuration::from_secs(1);
+    Arc::make_mut(&mut job.spec).timeout = SignedDuration::from_secs(1);
     let sink = Arc::new(CollectingSink::default());
 
     let started = Instant::now();

@@ -36,10 +36,12 @@ test -d "$VERGENCE_OUTPUT_DIR"
 echo "$VERGENCE_OUTPUT_DIR" > output_dir"#,
     );
     let mut job = job(root.path(), &["./deploy.sh"]);
-    job.spec.working_dir = "services/api".into();
-    job.spec.env.insert("REGION".into(), "eu-west-1".into());
+    std::sync::Arc::make_mut(&mut job.spec).working_dir = "services/api".into();
+    std::sync::Arc::make_mut(&mut job.spec)
+        .env
+        .insert("REGION".into(), "eu-west-1".into());
     // The context variables win over a job's own env.
-    job.spec
+    std::sync::Arc::make_mut(&mut job.spec)
         .env
         .insert("VERGENCE_SERVICE".into(), "fake".into());
 
@@ -150,7 +152,7 @@ async fn resolves_a_relative_program_against_the_working_directory() {
     );
 
     let mut job = job(root.path(), &["./tools/apply.sh"]);
-    job.spec.working_dir = "infra".into();
+    std::sync::Arc::make_mut(&mut job.spec).working_dir = "infra".into();
     let result = run_job(&job, artifacts().as_ref()).await;
 
     assert!(result.exited_with(0), "{result:?}");
@@ -164,7 +166,7 @@ async fn without_a_workspace_root_runs_in_the_current_directory() {
         &["sh", "-c", "pwd > \"$VERGENCE_OUTPUT_DIR/pwd\""],
     );
     job.workspace_root = None;
-    job.spec.outputs = vec!["pwd".into()];
+    std::sync::Arc::make_mut(&mut job.spec).outputs = vec!["pwd".into()];
     let result = run_job(&job, artifacts().as_ref()).await;
     assert!(result.exited_with(0), "{result:?}");
     let pwd = String::from_utf8(content(&result.outputs[0]).await).unwrap();
@@ -187,7 +189,7 @@ async fn passes_secrets_from_the_runner_environment() {
     let expected = std::env::var("PATH").unwrap();
     assert!(std::env::var_os("DEPLOY_TOKEN").is_none());
     let mut job = job(root.path(), &["./secret.sh"]);
-    job.spec
+    std::sync::Arc::make_mut(&mut job.spec)
         .secret_env
         .insert("DEPLOY_TOKEN".into(), SecretRef::FromEnv("PATH".into()));
 
@@ -208,7 +210,7 @@ async fn a_secret_the_job_prints_is_masked_in_its_result() {
     // The secret comes from a variable every test process has (see above).
     let secret = std::env::var("PATH").unwrap();
     let mut job = job(root.path(), &["./leak.sh"]);
-    job.spec
+    std::sync::Arc::make_mut(&mut job.spec)
         .secret_env
         .insert("DEPLOY_TOKEN".into(), SecretRef::FromEnv("PATH".into()));
 
@@ -229,7 +231,7 @@ async fn a_missing_secret_stops_the_job_before_it_starts() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "secret.sh", "touch ran");
     let mut job = job(root.path(), &["./secret.sh"]);
-    job.spec.secret_env.insert(
+    std::sync::Arc::make_mut(&mut job.spec).secret_env.insert(
         "DEPLOY_TOKEN".into(),
         SecretRef::FromEnv("VERGENCE_TEST_NEVER_SET_4711".into()),
     );
@@ -257,7 +259,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     let root = tempfile::tempdir().unwrap();
     script(root.path(), "hang.sh", WAITS_FOREVER);
     let mut job = job(root.path(), &["./hang.sh"]);
-    job.spec.timeout = SignedDuration::from_secs(1);
+    std::sync::Arc::make_mut(&mut job.spec).timeout = SignedDuration::from_secs(1);
 
     let started = Instant::now();
     let result = run_job(&job, artifacts().as_ref()).await;
@@ -286,7 +288,7 @@ async fn a_group_ignoring_sigterm_is_killed_after_the_grace_period() {
         &format!("trap '' TERM\n{WAITS_FOREVER}"),
     );
     let mut job = job(root.path(), &["./stubborn.sh"]);
-    job.spec.timeout = SignedDuration::from_secs(1);
+    std::sync::Arc::make_mut(&mut job.spec).timeout = SignedDuration::from_secs(1);
 
     let started = Instant::now();
     let result = run_job(&job, artifacts().as_ref()).await;
@@ -401,12 +403,12 @@ async fn programs_that_cannot_start_are_reported_as_not_started() {
     assert!(not_started_message(&empty).contains("no command"));
 
     let mut no_dir = job(root.path(), &["./deploy.sh"]);
-    no_dir.spec.working_dir = "missing".into();
+    std::sync::Arc::make_mut(&mut no_dir.spec).working_dir = "missing".into();
     let message = run_job(&no_dir, artifacts().as_ref()).await;
     assert!(not_started_message(&message).contains("missing"));
 
     let mut no_time = job(root.path(), &["true"]);
-    no_time.spec.timeout = SignedDuration::ZERO;
+    std::sync::Arc::make_mut(&mut no_time.spec).timeout = SignedDuration::ZERO;
     assert!(
         not_started_message(&run_job(&no_time, artifacts().as_ref()).await).contains("timeout")
     );
@@ -427,9 +429,10 @@ echo undeclared > "$VERGENCE_OUTPUT_DIR/other""#,
     let plan = stored("plan.bin", &[0, 1, 2, 255]).await;
     let mut job = job(root.path(), &["./plan.sh"]);
     job.inputs = vec![plan.clone(), stored("notes.txt", b"hello").await];
-    job.spec.outputs = ["plan-copy.bin", "notes", "huge", "never-written"]
-        .map(String::from)
-        .to_vec();
+    std::sync::Arc::make_mut(&mut job.spec).outputs =
+        ["plan-copy.bin", "notes", "huge", "never-written"]
+            .map(String::from)
+            .to_vec();
 
     let result = run_job(&job, artifacts().as_ref()).await;
 

@@ -20,8 +20,10 @@ const TIMED: &str = "date +%s%N > \"$NAME.start\"\nsleep 1\ndate +%s%N > \"$NAME
 
 fn timed_job(root: &Path, name: &str) -> JobRecord {
     let mut job = job(root, &["./timed.sh"]);
-    job.id = JobId(format!("job-{name}"));
-    job.spec.env.insert("NAME".into(), name.into());
+    job.id = JobId(format!("job-{name}").into());
+    Arc::make_mut(&mut job.spec)
+        .env
+        .insert("NAME".into(), name.into());
     job
 }
 
@@ -162,7 +164,7 @@ async fn jobs_for_other_runners_are_refused_without_running() {
     let sink = Arc::new(CollectingSink::default());
     let runner = LocalRunner::new(sink.clone(), artifacts(), 1);
     let mut job = job(root.path(), &["./deploy.sh"]);
-    job.spec.runner = RunnerSpec::Kubernetes(KubernetesRunnerSpec {
+    Arc::make_mut(&mut job.spec).runner = RunnerSpec::Kubernetes(KubernetesRunnerSpec {
         agent: "prod".into(),
         namespace: None,
         service_account: None,
@@ -255,7 +257,7 @@ async fn queued_jobs_start_in_the_order_they_were_dispatched() {
     let mut expected = String::new();
     for n in 0..12 {
         let mut job = job(root.path(), &["./mark.sh", &n.to_string()]);
-        job.id = JobId(format!("job-{n}"));
+        job.id = JobId(format!("job-{n}").into());
         runner.dispatch(&job).await.unwrap();
         expected.push_str(&format!("{n}\n"));
     }

@@ -54,7 +54,7 @@ impl Control {
             application: application.clone(),
             service: Some(service.clone()),
             release_channel: None,
-            actor: actor.to_owned(),
+            actor: actor.to_owned().into(),
             kind: EventKind::ReleaseCreated {
                 version: version.clone(),
             },

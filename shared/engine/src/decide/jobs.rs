@@ -3,10 +3,12 @@
 //! check at the job's deadline. A job whose runner cannot take it now is not
 //! created: the instance waits BLOCKED for the runner instead.
 
+use std::sync::Arc;
+
 use jiff::SignedDuration;
 
 use super::{Decider, after};
-use vergence_model::hashing::hash_fields;
+use vergence_model::hashing::FieldHasher;
 use vergence_model::{
     CompiledInstance, EventKind, FetchSpec, InFlightJob, JobId, JobKind, JobRecord, JobSpec,
     JobState, ProtectionCheck, ProtectionKey, RunnerKind, Status, WaitCause,
@@ -145,26 +147,40 @@ impl Decider<'_> {
         &mut self,
         spec: &CompiledInstance,
         kind: JobKind,
-        job_spec: &JobSpec,
+        job_spec: &Arc<JobSpec>,
         attempt: u32,
     ) -> JobRecord {
         self.state.job_seq += 1;
         let seq = self.state.job_seq;
         // The time is part of the id so an instance removed and added again
-        // never reuses the id of an old job.
-        let digest = hash_fields([
-            self.key.storage_id().as_bytes(),
-            spec.version.as_str().as_bytes(),
-            kind.as_str().as_bytes(),
-            seq.to_string().as_bytes(),
-            self.now.as_millisecond().to_string().as_bytes(),
+        // never reuses the id of an old job. The fields are those of
+        // `hash_fields([storage_id, version, kind, seq, millisecond])`,
+        // hashed without building their strings.
+        let key = self.key;
+        let mut digest = FieldHasher::default();
+        digest.field(&[
+            key.application.as_str().as_bytes(),
+            b"/",
+            key.service.as_str().as_bytes(),
+            b"/",
+            key.release_channel.as_str().as_bytes(),
         ]);
-        let kind_name = kind.as_str();
-        let mut id = String::with_capacity(kind_name.len() + 21);
-        id.extend(kind_name.chars().map(|c| c.to_ascii_lowercase()));
-        id.push('-');
-        id.push_str(&digest[..20]);
-        let id = JobId(id);
+        digest.field(&[spec.version.as_str().as_bytes()]);
+        digest.field(&[kind.as_str().as_bytes()]);
+        digest.number(seq);
+        digest.number(self.now.as_millisecond());
+        // `<kind>-<20 hex digits>`, put together on the stack: the shared
+        // text is the id's one allocation.
+        let mut text = [0u8; 32];
+        let digits = (kind.as_str().bytes().map(|b| b.to_ascii_lowercase()))
+            .chain([b'-'])
+            .chain(digest.hex().take(20));
+        let mut len = 0;
+        for (slot, digit) in text.iter_mut().zip(digits) {
+            *slot = digit;
+            len += 1;
+        }
+        let id = JobId(Arc::from(&*String::from_utf8_lossy(&text[..len])));
         let deadline = after(after(self.now, job_spec.timeout), LOST_JOB_SLACK);
         self.state.in_flight = Some(InFlightJob {
             job_id: id.clone(),
@@ -190,11 +206,11 @@ impl Decider<'_> {
         JobRecord {
             id,
             instance: self.key.clone(),
-            ids: spec.ids.clone(),
+            ids: Arc::clone(&spec.ids),
             kind,
             version: spec.version.clone(),
             attempt,
-            spec: job_spec.clone(),
+            spec: Arc::clone(job_spec),
             workspace_root: spec.workspace_root.clone(),
             inputs,
             created_at: self.now,

@@ -13,7 +13,7 @@ use vergence_model::*;
 fn an_approval_binds_to_the_plan_and_a_new_plan_needs_a_new_one() {
     let mut s = spec("prod", "v1", Some(FetchMode::ExitCode));
     s.require_approval_before_apply = true;
-    s.fetch.as_mut().unwrap().job.outputs = vec!["plan".into()];
+    std::sync::Arc::make_mut(&mut s.fetch.as_mut().unwrap().job).outputs = vec!["plan".into()];
     let mut sim = Sim::new(s);
     sim.step();
     sim.finish_with(

@@ -207,7 +207,7 @@ fn paused_instances_fetch_but_never_apply() {
 fn get_info_outputs_are_kept_and_never_change_convergence() {
     let mut s = spec("prod", "v1", None);
     s.get_info = Some(GetInfoSpec {
-        job: crate::tests::job_spec("./info"),
+        job: crate::tests::job_spec("./info").into(),
         poll_interval: SignedDuration::from_mins(5),
     });
     let mut sim = Sim::new(s);

@@ -20,7 +20,7 @@ fn job_protection(name: &str, lifecycle: Lifecycle) -> CompiledProtection {
         name: n(name),
         lifecycle,
         check: ProtectionCheck::Job {
-            job: Box::new(super::tests::job_spec(&format!("./{name}"))),
+            job: std::sync::Arc::new(super::tests::job_spec(&format!("./{name}"))),
         },
         poll_interval: SignedDuration::from_mins(1),
         attached_to: "release channel prod".into(),

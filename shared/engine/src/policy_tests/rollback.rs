@@ -64,7 +64,7 @@ fn a_failed_post_deployment_check_rolls_back_to_the_previous_version() {
     let mut sim = converged_v1_with_checks();
     let mut v2 = sim.record.desired.compiled().unwrap().clone();
     v2.version = "v2".parse().unwrap();
-    v2.apply.job = crate::tests::job_spec("./apply-v2");
+    v2.apply.job = crate::tests::job_spec("./apply-v2").into();
     sim.set_desired(v2);
     let d = sim.step();
     assert_eq!(d.jobs[0].version, "v2");

@@ -267,7 +267,7 @@ impl Setup {
                             failure_behavior: FailureBehavior::Block,
                         },
                         ProtectionCheck::Job {
-                            job: Box::new(job_spec("./smoke")),
+                            job: std::sync::Arc::new(job_spec("./smoke")),
                         },
                     ));
                 }
@@ -281,7 +281,7 @@ impl Setup {
                     duration: SignedDuration::from_mins(2),
                 },
                 ProtectionCheck::Job {
-                    job: Box::new(job_spec("./canary")),
+                    job: std::sync::Arc::new(job_spec("./canary")),
                 },
             ));
         }

@@ -332,7 +332,7 @@ fn a_job_of_a_superseded_version_is_stopped_before_the_new_version_starts() {
 #[test]
 fn jobs_on_runners_whose_reports_can_be_lost_are_polled_while_they_run() {
     let mut ecs = spec("staging", "v1", None);
-    ecs.apply.job.runner =
+    std::sync::Arc::make_mut(&mut ecs.apply.job).runner =
         serde_json::from_str(r#"{"kind":"ecs","cluster":"jobs","subnets":["subnet-1"]}"#).unwrap();
     let mut sim = Sim::new(ecs);
     let started = sim.step().clone();

@@ -49,7 +49,7 @@ pub(super) fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> Co
         runtime: n("rt"),
         workspace_root: None,
         apply: ApplySpec {
-            job: job_spec("./apply"),
+            job: job_spec("./apply").into(),
             retryable_exit_codes: vec![75],
             retry_policy: RetryPolicy {
                 base_interval: SignedDuration::from_secs(10),
@@ -58,7 +58,7 @@ pub(super) fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> Co
             },
         },
         fetch: fetch.map(|mode| FetchSpec {
-            job: job_spec("./fetch"),
+            job: job_spec("./fetch").into(),
             mode,
             poll_interval: SignedDuration::from_secs(30),
             steady_state_poll_interval: SignedDuration::from_mins(5),
@@ -201,7 +201,7 @@ impl Sim {
             kind: flight.kind,
             version: flight.version.clone(),
             attempt: flight.attempt,
-            spec: job_spec("x"),
+            spec: job_spec("x").into(),
             workspace_root: None,
             inputs: Vec::new(),
             created_at: flight.dispatched_at,

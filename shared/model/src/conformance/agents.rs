@@ -16,7 +16,7 @@ fn run(agent_name: &str, job: &str, at: i64) -> AgentWork {
     AgentWork::new(
         agent(agent_name),
         AgentTask::RunJob {
-            job_id: JobId(job.to_owned()),
+            job_id: JobId(job.into()),
         },
         t(at),
     )

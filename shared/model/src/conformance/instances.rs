@@ -382,7 +382,7 @@ pub async fn concurrent_writers_of_one_revision_have_exactly_one_winner(
         .expect("a writer");
     for i in 0..8 {
         let stored = store
-            .get_job(&JobId(format!("job-{i}")))
+            .get_job(&JobId(format!("job-{i}").into()))
             .await
             .expect("get");
         assert_eq!(
@@ -406,7 +406,7 @@ fn quiet_check(at: i64, job_seq: u64) -> QuietCheck {
             takeovers: Vec::new(),
         },
         job: JobSummary {
-            job_id: JobId(format!("fetch-{job_seq}")),
+            job_id: JobId(format!("fetch-{job_seq}").into()),
             kind: JobKind::Fetch,
             version: "v1".parse().expect("version"),
             attempt: 1,

@@ -104,7 +104,7 @@ pub fn record(key: &InstanceKey, next_check_at: Option<Timestamp>) -> InstanceRe
 /// A created apply job of `key`.
 pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
     JobRecord {
-        id: JobId(id.to_owned()),
+        id: JobId(id.into()),
         instance: key.clone(),
         ids: InstanceIds::of(key),
         kind: JobKind::Apply,
@@ -120,7 +120,8 @@ pub fn job(id: &str, key: &InstanceKey) -> JobRecord {
             timeout: SignedDuration::from_mins(1),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: t(0),

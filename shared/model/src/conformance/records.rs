@@ -458,7 +458,7 @@ pub async fn two_events_of_one_instance_in_one_millisecond_are_both_kept(
         .list_events(&EventFilter::default())
         .await
         .expect("list");
-    let actors: Vec<&str> = kept.iter().map(|e| e.actor.as_str()).collect();
+    let actors: Vec<&str> = kept.iter().map(|e| &*e.actor).collect();
     assert_eq!(actors.len(), 2, "both events are kept: {actors:?}");
     assert!(
         actors.contains(&"alice") && actors.contains(&"bob"),

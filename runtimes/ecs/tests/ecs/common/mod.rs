@@ -52,11 +52,14 @@ pub fn job(runner: RunnerSpec, kind: JobKind, image: &str, cmd: &[&str]) -> JobR
     let now = Timestamp::now();
     JobRecord {
         // A kind and 20 hex digits, like the engine's ids.
-        id: JobId(format!(
-            "{}-{:020x}",
-            kind.as_str().to_lowercase(),
-            fastrand::u128(..1 << 80)
-        )),
+        id: JobId(
+            format!(
+                "{}-{:020x}",
+                kind.as_str().to_lowercase(),
+                fastrand::u128(..1 << 80)
+            )
+            .into(),
+        ),
         ids: InstanceIds::of(&key),
         instance: key,
         kind,
@@ -72,7 +75,8 @@ pub fn job(runner: RunnerSpec, kind: JobKind, image: &str, cmd: &[&str]) -> JobR
             timeout: SignedDuration::from_mins(10),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: None,
         inputs: Vec::new(),
         created_at: now,

@@ -69,7 +69,8 @@ pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
             application_id: "app-id-1".into(),
             release_channel_id: "rc-id-1".into(),
             service_id: "svc-id-1".into(),
-        },
+        }
+        .into(),
         kind: JobKind::Apply,
         version: "v42".parse().unwrap(),
         attempt: 1,
@@ -83,7 +84,8 @@ pub fn job(root: &Path, cmd: &[&str]) -> JobRecord {
             timeout: SignedDuration::from_secs(30),
             outputs: Vec::new(),
             builtin: None,
-        },
+        }
+        .into(),
         workspace_root: Some(root.to_str().unwrap().to_owned()),
         inputs: Vec::new(),
         created_at: now,

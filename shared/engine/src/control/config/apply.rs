@@ -126,7 +126,7 @@ impl Control {
                 application: app,
                 service: None,
                 release_channel: None,
-                actor: actor.to_owned(),
+                actor: actor.to_owned().into(),
                 kind: EventKind::ConfigApplied {
                     hash: model.hash().to_owned(),
                 },
