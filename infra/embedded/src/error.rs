@@ -32,6 +32,10 @@ pub enum EmbeddedError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error(
+        "{operation}: the state store's writer thread has stopped (a write panicked); run the command again"
+    )]
+    WriterGone { operation: &'static str },
     #[error("{operation}: cannot encode a record: {source}")]
     Encode {
         operation: &'static str,
@@ -75,6 +79,7 @@ impl EmbeddedError {
         match self {
             EmbeddedError::Sql { operation, .. }
             | EmbeddedError::ReadOnly { operation, .. }
+            | EmbeddedError::WriterGone { operation }
             | EmbeddedError::Encode { operation, .. }
             | EmbeddedError::Decode { operation, .. } => operation,
             EmbeddedError::Create { .. }

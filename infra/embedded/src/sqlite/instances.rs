@@ -92,7 +92,8 @@ impl InstanceStore for SqliteStore {
     async fn commit(&self, commit: InstanceCommit) -> Result<u64> {
         let key = commit.change.key().clone();
         let id = key.storage_id();
-        self.write("commit", |tx| {
+        // Grouped: concurrent steps' commits share one transaction.
+        self.write_grouped("commit", move |tx| {
             let current: Option<u64> = tx
                 .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| r.get(0))
                 .optional()
@@ -148,6 +149,7 @@ impl InstanceStore for SqliteStore {
             insert_events(tx, &commit.events)?;
             Ok(revision)
         })
+        .await
     }
 }
 

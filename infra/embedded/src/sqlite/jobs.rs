@@ -48,15 +48,19 @@ pub(super) fn state_name(state: &JobState) -> &'static str {
 
 impl SqliteStore {
     /// Rewrites a job's state to `next(current)` if `allowed` says the
-    /// current one may change.
-    fn transition_job(
+    /// current one may change; grouped with other steps' writes.
+    async fn transition_job(
         &self,
         operation: &'static str,
         id: &JobId,
-        allowed: impl Fn(&JobState) -> bool,
-        next: impl Fn(&JobState) -> JobState,
+        allowed: impl Fn(&JobState) -> bool + Send + 'static,
+        next: impl Fn(&JobState) -> JobState + Send + 'static,
     ) -> Result<bool> {
-        self.write(operation, |tx| transition(tx, operation, id, allowed, next))
+        let id = id.clone();
+        self.write_grouped(operation, move |tx| {
+            transition(tx, operation, &id, allowed, next)
+        })
+        .await
     }
 }
 
@@ -135,17 +139,19 @@ impl JobStore for SqliteStore {
             "claim_job",
             id,
             |s| *s == JobState::Created,
-            |_| JobState::Dispatched { at, handle: None },
+            move |_| JobState::Dispatched { at, handle: None },
         )
+        .await
     }
 
     #[tracing::instrument(name = "sqlite.record_handle", level = "debug", skip_all, fields(job = %id, handle = %handle))]
     async fn record_handle(&self, id: &JobId, handle: &JobHandle) -> Result<bool> {
+        let handle = handle.clone();
         self.transition_job(
             "record_handle",
             id,
             |s| matches!(s, JobState::Dispatched { .. }),
-            |state| match state {
+            move |state| match state {
                 JobState::Dispatched { at, .. } => JobState::Dispatched {
                     at: *at,
                     handle: Some(handle.clone()),
@@ -153,10 +159,15 @@ impl JobStore for SqliteStore {
                 other => other.clone(),
             },
         )
+        .await
     }
 
     #[tracing::instrument(name = "sqlite.finish_job", level = "debug", skip_all, fields(job = %id))]
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool> {
-        self.write("finish_job", |tx| finish(tx, "finish_job", id, result))
+        let (id, result) = (id.clone(), result.clone());
+        self.write_grouped("finish_job", move |tx| {
+            finish(tx, "finish_job", &id, &result)
+        })
+        .await
     }
 }

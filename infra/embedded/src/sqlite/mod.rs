@@ -4,14 +4,18 @@
 //! lookups beside them; every instance write checks the revision in SQL.
 //!
 //! Calls run synchronously under a mutex: SQLite work here takes well under
-//! a millisecond, and the embedded mode serves one machine.
+//! a millisecond, and the embedded mode serves one machine. The writes of
+//! a step (an instance's commit, a job's claim, handle and result), which
+//! concurrent steps make all the time, go to one writer thread instead,
+//! which commits those waiting together in one transaction ([`Writer`]).
 //!
 //! This module opens the file, creates and migrates its schema and holds
 //! the helpers every table uses; each store trait is implemented in a
 //! module of its own.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 
 use jiff::Timestamp;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
@@ -120,9 +124,13 @@ CREATE INDEX IF NOT EXISTS agent_work_age ON agent_work (agent, created_at);
 /// The SQLite state store.
 #[derive(Debug)]
 pub struct SqliteStore {
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
     /// The path, when the file was opened read-only.
     read_only: Option<String>,
+    /// Group-commits the writes of concurrent steps; none when read-only.
+    writer: Option<Writer>,
+    /// Write transactions committed.
+    committed: Arc<AtomicU64>,
 }
 
 impl SqliteStore {
@@ -184,8 +192,10 @@ impl SqliteStore {
             }
         };
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn: Arc::new(Mutex::new(conn)),
             read_only: Some(shown),
+            writer: None,
+            committed: Arc::default(),
         })
     }
 
@@ -213,18 +223,31 @@ impl SqliteStore {
             path: path.to_owned(),
             source,
         })?;
+        let conn = Arc::new(Mutex::new(conn));
+        let committed = Arc::<AtomicU64>::default();
+        let writer =
+            Writer::start(Arc::clone(&conn), Arc::clone(&committed)).map_err(|source| {
+                EmbeddedError::Create {
+                    path: format!("the writer thread of {path}"),
+                    source,
+                }
+            })?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn,
             read_only: None,
+            writer: Some(writer),
+            committed,
         })
     }
 
+    /// Write transactions this store committed so far: one per write, or
+    /// one per group of writes made together (for diagnostics and tests).
+    pub fn transactions_committed(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave SQLite inconsistent
-        // (transactions roll back on drop), so a poisoned lock is usable.
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.conn)
     }
 
     /// Runs `work` in an immediate transaction (takes the write lock first,
@@ -247,7 +270,252 @@ impl SqliteStore {
             .map_err(|e| EmbeddedError::sql(operation, e))?;
         let value = work(&tx)?;
         tx.commit().map_err(|e| EmbeddedError::sql(operation, e))?;
+        self.committed.fetch_add(1, Ordering::Relaxed);
         Ok(value)
+    }
+
+    /// Runs `work` as [`SqliteStore::write`] does, atomically and on its
+    /// own, but on the writer thread, in one transaction with the writes
+    /// other steps make meanwhile: a write that fails leaves nothing (its
+    /// savepoint is rolled back) and does not fail the others, and none is
+    /// answered before the transaction that holds it committed.
+    async fn write_grouped<T, F>(&self, operation: &'static str, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> std::result::Result<T, EmbeddedError> + Send + 'static,
+    {
+        let Some(writer) = &self.writer else {
+            return self.write(operation, work);
+        };
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        writer.submit(Box::new(Pending {
+            operation,
+            work,
+            answer,
+        }))?;
+        answered
+            .await
+            .map_err(|_| EmbeddedError::WriterGone { operation })?
+    }
+}
+
+/// A write handed to the writer thread.
+trait GroupedWrite: Send {
+    /// Runs in the group's transaction; says whether it failed, and how to
+    /// answer once the group is committed (or not).
+    fn run(self: Box<Self>, tx: &Transaction<'_>) -> (bool, Reply);
+    /// Answers a write that could not run with SQLite's error.
+    fn refuse(self: Box<Self>, error: &rusqlite::Error);
+}
+
+/// Answers a write that ran, given whether its group was committed.
+type Reply = Box<dyn FnOnce(std::result::Result<(), &rusqlite::Error>) + Send>;
+
+struct Pending<T, F> {
+    operation: &'static str,
+    work: F,
+    answer: tokio::sync::oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> GroupedWrite for Pending<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Transaction<'_>) -> std::result::Result<T, EmbeddedError> + Send + 'static,
+{
+    fn run(self: Box<Self>, tx: &Transaction<'_>) -> (bool, Reply) {
+        let Pending {
+            operation,
+            work,
+            answer,
+        } = *self;
+        let value = work(tx);
+        let failed = value.is_err();
+        let reply: Reply = Box::new(move |committed| {
+            let result = match (value, committed) {
+                (Ok(value), Ok(())) => Ok(value),
+                (Ok(_), Err(e)) => Err(EmbeddedError::sql(operation, same_error(e)).into()),
+                // A failed write's answer is its own error, whatever the
+                // group's commit did.
+                (Err(e), _) => Err(e.into()),
+            };
+            // The caller may have stopped waiting; what it wrote stands.
+            let _ = answer.send(result);
+        });
+        (failed, reply)
+    }
+
+    fn refuse(self: Box<Self>, error: &rusqlite::Error) {
+        let _ = self.answer.send(Err(
+            EmbeddedError::sql(self.operation, same_error(error)).into()
+        ));
+    }
+}
+
+/// Most writes committed together: bounds how long the write lock is held
+/// (other processes wait on it) and how many writes one failed commit fails.
+const MAX_GROUP: usize = 64;
+
+/// The thread that commits grouped writes. Writes that arrive while it
+/// commits a group wait and go together in the next: under load one
+/// transaction (one write lock, one WAL append of the pages they share)
+/// serves many steps; alone, a write is committed at once.
+#[derive(Debug)]
+struct Writer {
+    queue: Option<mpsc::Sender<Box<dyn GroupedWrite>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(conn: Arc<Mutex<Connection>>, committed: Arc<AtomicU64>) -> std::io::Result<Self> {
+        let (queue, writes) = mpsc::channel::<Box<dyn GroupedWrite>>();
+        let thread = std::thread::Builder::new()
+            .name("vergence-sqlite-writer".into())
+            .spawn(move || {
+                while let Ok(first) = writes.recv() {
+                    let mut group = vec![first];
+                    while group.len() < MAX_GROUP {
+                        match writes.try_recv() {
+                            Ok(next) => group.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    if commit_group(&conn, group) {
+                        committed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })?;
+        Ok(Self {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    fn submit(&self, write: Box<dyn GroupedWrite>) -> std::result::Result<(), EmbeddedError> {
+        // The thread ends only when the store is dropped, or a write
+        // panicked on it.
+        let gone = || EmbeddedError::WriterGone { operation: "write" };
+        self.queue
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(write)
+            .map_err(|_| gone())
+    }
+}
+
+impl Drop for Writer {
+    /// Writes already handed over are committed, and the connection is let
+    /// go, before the store is gone: the file is closed (its WAL
+    /// checkpointed) when the store drops, as before.
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Runs `group` in one immediate transaction, each write within a
+/// savepoint of its own when there are several, and answers each after the
+/// commit. A failure of SQLite itself (the lock not taken in time, a full
+/// disk) fails every write of the group: none of them was committed.
+/// Whether a transaction was committed.
+fn commit_group(conn: &Mutex<Connection>, group: Vec<Box<dyn GroupedWrite>>) -> bool {
+    let mut conn = lock(conn);
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            for write in group {
+                write.refuse(&e);
+            }
+            return false;
+        }
+    };
+    // A write alone needs no savepoint: the transaction is its own.
+    let alone = group.len() == 1;
+    let mut replies = Vec::with_capacity(group.len());
+    let mut broken: Option<rusqlite::Error> = None;
+    let mut rolled_back = false;
+    for write in group {
+        if let Some(e) = &broken {
+            write.refuse(e);
+            continue;
+        }
+        if !alone && let Err(e) = tx.execute_batch("SAVEPOINT w") {
+            write.refuse(&e);
+            broken = Some(e);
+            continue;
+        }
+        // A write that panics is not answered (its caller hears the
+        // writer stopped) and takes the group down with it: what it left
+        // in the transaction is unknown.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write.run(&tx)));
+        let Ok((failed, reply)) = ran else {
+            broken = Some(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                Some("a write of the same transaction panicked".into()),
+            ));
+            continue;
+        };
+        replies.push(reply);
+        if alone {
+            rolled_back = failed;
+        } else if let Err(e) = tx.execute_batch(if failed {
+            "ROLLBACK TO w; RELEASE w"
+        } else {
+            "RELEASE w"
+        }) {
+            broken = Some(e);
+        }
+    }
+    let committed = match broken {
+        // Dropping the transaction rolls it back.
+        Some(e) => {
+            drop(tx);
+            Err(e)
+        }
+        None if rolled_back => {
+            drop(tx);
+            return answer(conn, replies, Ok(()), false);
+        }
+        None => tx.commit(),
+    };
+    let ok = committed.is_ok();
+    answer(conn, replies, committed, ok)
+}
+
+/// Lets go of the connection, then answers the group's writes.
+fn answer(
+    conn: MutexGuard<'_, Connection>,
+    replies: Vec<Reply>,
+    committed: rusqlite::Result<()>,
+    counted: bool,
+) -> bool {
+    drop(conn);
+    for reply in replies {
+        reply(committed.as_ref().map(|_| ()));
+    }
+    counted
+}
+
+/// The mutex's connection. A panic while holding the lock cannot leave
+/// SQLite inconsistent (transactions roll back on drop), so a poisoned
+/// lock is usable.
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `error` again, for each write of a group whose commit failed with it;
+/// SQLite's code is kept, so a busy lock is still retried.
+fn same_error(error: &rusqlite::Error) -> rusqlite::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            rusqlite::Error::SqliteFailure(*code, message.clone())
+        }
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
     }
 }
 

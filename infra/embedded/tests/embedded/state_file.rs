@@ -151,3 +151,96 @@ async fn a_file_that_is_not_a_state_is_refused_and_left_as_it_is() {
     );
     assert_eq!(std::fs::read(&path).unwrap(), garbage, "nothing written");
 }
+
+/// Concurrent steps' writes share transactions: writes made while another
+/// process holds the write lock are committed together once it lets go,
+/// not in a transaction each. One that conflicts fails alone and leaves
+/// nothing; the others stand.
+#[tokio::test(flavor = "current_thread")]
+async fn writes_made_together_are_committed_together_and_a_failing_one_fails_alone() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::Poll;
+    use vergence_model::conformance::record;
+    use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
+    use vergence_model::{Error, InstanceKey};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let key = |service: String| {
+        InstanceKey::new(
+            "shop".parse().unwrap(),
+            service.parse().unwrap(),
+            "prod".parse().unwrap(),
+        )
+    };
+    let commit = |key: &InstanceKey, expected_revision| InstanceCommit {
+        change: InstanceChange::Put(Box::new(record(key, None))),
+        expected_revision,
+        new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
+        events: Vec::new(),
+    };
+    // Another process (a `vergence release`) holds the write lock.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let before = store.transactions_committed();
+
+    const WRITES: usize = 20;
+    let mut writes: Vec<Pin<Box<dyn Future<Output = vergence_model::Result<u64>> + '_>>> = (0
+        ..WRITES)
+        .map(|n| {
+            let c = commit(&key(format!("svc-{n}")), None);
+            Box::pin(store.commit(c)) as Pin<Box<dyn Future<Output = _>>>
+        })
+        .collect();
+    // The one that conflicts: it expects a revision the instance never had.
+    writes.insert(
+        WRITES / 2,
+        Box::pin(store.commit(commit(&key("conflicting".into()), Some(7)))),
+    );
+    // Every write is made (polled once) while the lock is held.
+    std::future::poll_fn(|cx| {
+        for write in &mut writes {
+            assert!(
+                write.as_mut().poll(cx).is_pending(),
+                "written under another's lock"
+            );
+        }
+        Poll::Ready(())
+    })
+    .await;
+    other.execute_batch("COMMIT").unwrap();
+
+    let mut results = Vec::new();
+    for write in writes {
+        results.push(write.await);
+    }
+    let conflicts = results
+        .iter()
+        .filter(|r| matches!(r, Err(Error::Conflict { .. })))
+        .count();
+    assert_eq!(conflicts, 1, "{results:?}");
+    assert_eq!(
+        results.iter().filter(|r| matches!(r, Ok(1))).count(),
+        WRITES,
+        "{results:?}"
+    );
+    let transactions = store.transactions_committed() - before;
+    // The first may have been taken alone before the others came.
+    assert!(
+        transactions <= 2,
+        "{WRITES} writes made together took {transactions} transactions"
+    );
+    let stored = store
+        .list_instances(&InstanceFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), WRITES, "the conflicting write left nothing");
+    assert!(
+        stored
+            .iter()
+            .all(|r| r.key.service.as_str() != "conflicting")
+    );
+}
