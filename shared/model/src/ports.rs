@@ -228,19 +228,29 @@ pub trait InstanceStore: Send + Sync {
     async fn record_check(&self, record: &InstanceRecord, check: &QuietCheck) -> Result<bool> {
         let mut next = record.clone();
         next.take_check(check);
-        next.quiet_checks = 0;
-        let commit = InstanceCommit {
-            change: InstanceChange::Put(Box::new(next)),
-            expected_revision: Some(record.revision),
-            new_jobs: Vec::new(),
-            finished_jobs: Vec::new(),
-            events: Vec::new(),
-        };
-        match self.commit(commit).await {
-            Ok(_) => Ok(true),
-            Err(crate::Error::Conflict { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        write_unchanged(self, next, record.revision).await
+    }
+}
+
+/// Writes `next` alone (no jobs, no events) if the instance is still at
+/// `expected` revision; `false` when someone else wrote it first.
+pub async fn write_unchanged(
+    store: &(impl InstanceStore + ?Sized),
+    mut next: InstanceRecord,
+    expected: u64,
+) -> Result<bool> {
+    next.quiet_checks = 0;
+    let commit = InstanceCommit {
+        change: InstanceChange::Put(Box::new(next)),
+        expected_revision: Some(expected),
+        new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
+        events: Vec::new(),
+    };
+    match store.commit(commit).await {
+        Ok(_) => Ok(true),
+        Err(crate::Error::Conflict { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -25,7 +25,7 @@ use tracing::debug;
 use super::{Engine, Progress, StepReport, ended_with};
 use crate::{Decision, decide, settled};
 use vergence_model::error::Result;
-use vergence_model::ports::{InstanceChange, InstanceCommit, Runner, Started};
+use vergence_model::ports::{Runner, Started, write_unchanged};
 use vergence_model::{
     InstanceKey, InstanceRecord, JobKind, JobRecord, JobResult, QuietCheck, Status,
 };
@@ -187,20 +187,8 @@ impl Engine {
     ) -> Result<bool> {
         let mut next = record.clone();
         next.take_check(check);
-        next.quiet_checks = 0;
         next.watchdog_at = quiet.watchdog_for(&next, now);
-        let commit = InstanceCommit {
-            change: InstanceChange::Put(Box::new(next)),
-            expected_revision: Some(record.revision),
-            new_jobs: Vec::new(),
-            finished_jobs: Vec::new(),
-            events: Vec::new(),
-        };
-        match self.store.commit(commit).await {
-            Ok(_) => Ok(true),
-            Err(vergence_model::Error::Conflict { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        write_unchanged(self.store.as_ref(), next, record.revision).await
     }
 }
 
