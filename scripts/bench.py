@@ -635,6 +635,63 @@ def cost_rows(ctx: "Context") -> list[Row]:
     return rows
 
 
+# --- scale ------------------------------------------------------------------------
+
+
+def scale_run(n: int) -> dict[str, dict[str, str]]:
+    """One run of tests/tests/e2e/scale.rs at `n` instances (an ignored
+    test: minutes at n = 1,000); its `BENCH scale_*` lines."""
+    args = [
+        "cargo", "test", "--locked", "-q", "--workspace", "--test", "e2e", "--",
+        "--ignored", "--nocapture", "--test-threads", "1", "scale::",
+    ]
+    say(f"$ VERGENCE_SCALE_N={n} " + " ".join(args))
+    proc = subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "VERGENCE_SCALE_N": str(n)}
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: the scale test at n={n} failed:\n" + (proc.stdout + proc.stderr)[-4000:])
+    bench = {}
+    for match in re.finditer(r"BENCH (scale_\S+)((?: \S+=\S+)*)", proc.stdout):
+        bench[match[1]] = dict(p.split("=", 1) for p in match[2].split())
+    if "scale_check" not in bench:
+        raise SystemExit("bench: the scale test printed no BENCH scale_check line:\n" + proc.stdout[-2000:])
+    return bench
+
+
+def scale_rows(ctx: "Context", sizes: list[int]) -> list[Row]:
+    """Per instance and per steady-state check, at each size: requests must
+    be identical, time per instance flat (docs/performance.md, "Scale")."""
+    runs = {n: scale_run(n) for n in sizes}
+
+    def cell(n: int, name: str, keys: list[str]) -> str:
+        line = runs[n][name]
+        return f"n={n:,}: " + " ".join(f"{k} {float(line[k]):g}" for k in keys)
+
+    rows = []
+    for name, what, keys in [
+        ("scale_push", "config pushed, per instance", ["dynamodb", "wru", "sqs_sends", "handler_ms"]),
+        ("scale_converge", "worker to CONVERGED, per instance", ["dynamodb", "rru", "wru", "sqs_sends", "handler_ms"]),
+        ("scale_check", "steady-state check, per check", ["dynamodb", "rru", "wru", "sqs_sends", "handler_ms"]),
+        ("scale_scheduler", "scheduler run, nothing due, per run", ["dynamodb", "rru", "handler_ms"]),
+    ]:
+        same = len({(runs[n][name]["dynamodb"]) for n in sizes}) == 1
+        ms = [float(runs[n][name]["handler_ms"]) for n in sizes]
+        ratio = ms[-1] / ms[0] if len(sizes) > 1 and ms[0] > 0 else None
+        measured = "; ".join(cell(n, name, keys) for n in sizes)
+        if ratio is not None:
+            measured += f"; time {sizes[-1]:,} / {sizes[0]:,}: {fmt_ratio(ratio)}"
+        rows.append(
+            Row(
+                f"scale: {what}",
+                measured,
+                "DynamoDB requests identical across n",
+                None if ctx.smoke or len(sizes) < 2 else same,
+            )
+        )
+    return rows
+
+
 class RuntimeApi(BaseHTTPRequestHandler):
     """Just enough of the Lambda runtime API to time a function's init:
     the first `next` marks the end of init; one empty SQS batch is handed
@@ -790,8 +847,14 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"],
+        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker", "scale"],
         help="only these rows",
+    )
+    parser.add_argument(
+        "--scale-sizes",
+        type=int,
+        nargs="+",
+        help="instances of the scale row's runs (default 1000 10000; smoke 50)",
     )
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
     args = parser.parse_args()
@@ -799,7 +862,7 @@ def main() -> int:
     NO_BUILD = args.no_build
     smoke = args.smoke
     runs = args.runs or (1 if smoke else 5)
-    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"])
+    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker", "scale"])
 
     if smoke:
         cargo_build(SMOKE_BUILD)
@@ -826,6 +889,8 @@ def main() -> int:
         rows += cost_rows(ctx)
     if "worker" in only:
         rows += worker_binary(ctx)
+    if "scale" in only:
+        rows += scale_rows(ctx, args.scale_sizes or ([50] if smoke else [1000, 10000]))
 
     mode = "smoke (small inputs, debug builds: not comparable to the targets)" if smoke else f"full ({runs} runs each)"
     lines = [

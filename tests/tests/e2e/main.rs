@@ -13,6 +13,7 @@ mod lambda_build;
 mod lambda_logs;
 mod lambda_smoke;
 mod layering;
+mod scale;
 mod serverless;
 mod serverless_cloud_run;
 mod serverless_cloud_run_runtime;
