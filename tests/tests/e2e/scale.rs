@@ -24,6 +24,20 @@ const CHECKS: usize = 3;
 /// N when `VERGENCE_SCALE_N` does not say.
 const DEFAULT_N: usize = 50;
 
+/// What the config push costs per instance: the instance read, and its
+/// desired state written with its event.
+const PUSH_PER_INSTANCE: &[(&str, usize)] =
+    &[("DynamoDB.Query", 1), ("DynamoDB.TransactWriteItems", 1)];
+
+/// What the push costs once, whatever the number of instances (the
+/// config's own records).
+const PUSH_FIXED: &[(&str, usize)] = &[
+    ("DynamoDB.BatchWriteItem", 1),
+    ("DynamoDB.GetItem", 2),
+    ("DynamoDB.PutItem", 3),
+    ("DynamoDB.UpdateItem", 1),
+];
+
 /// What one instance's convergence costs in the worker, by request: one
 /// step reads the instance, commits the apply job, claims it, runs it
 /// inline and commits CONVERGED with its result.
@@ -87,16 +101,30 @@ impl Phase {
 
     /// The phase's DynamoDB requests, as `per` times `each`.
     fn assert_dynamodb(&self, what: &str, each: &[(&str, usize)], per: usize) {
+        self.assert_dynamodb_plus(what, each, per, &[]);
+    }
+
+    /// The same plus `fixed`, what the phase costs once whatever `per`.
+    fn assert_dynamodb_plus(
+        &self,
+        what: &str,
+        each: &[(&str, usize)],
+        per: usize,
+        fixed: &[(&str, usize)],
+    ) {
         let dynamodb: BTreeMap<String, usize> = self
             .counts
             .iter()
             .filter(|(op, _)| op.starts_with("DynamoDB."))
             .map(|(op, n)| (op.clone(), *n))
             .collect();
-        let expected: BTreeMap<String, usize> = each
+        let mut expected: BTreeMap<String, usize> = each
             .iter()
             .map(|(op, n)| ((*op).to_owned(), n * per))
             .collect();
+        for (op, n) in fixed {
+            *expected.entry((*op).to_owned()).or_default() += n;
+        }
         assert_eq!(
             dynamodb, expected,
             "DynamoDB requests of {what} ({per} of them)"
@@ -181,6 +209,12 @@ async fn requests_and_time_per_instance_stay_flat_with_the_number_of_instances()
     let mut push = Phase::default();
     push.take(&counter, started.elapsed());
     push.bench("push", n, n, started.elapsed());
+    push.assert_dynamodb_plus("the push", PUSH_PER_INSTANCE, n, PUSH_FIXED);
+    assert_eq!(
+        push.of("SQS.SendMessage"),
+        n.div_ceil(10),
+        "the push's messages go out 10 to a request"
+    );
 
     // To CONVERGED: an instance's first message is its convergence (one
     // step, asserted below); a later one is its next check, already of
