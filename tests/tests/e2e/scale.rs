@@ -75,6 +75,8 @@ struct Phase {
     counts: BTreeMap<String, usize>,
     capacity: Capacity,
     handler: Duration,
+    /// Of `handler`, waiting for DynamoDB's and SQS's answers.
+    waited: BTreeMap<&'static str, Duration>,
     deliveries: usize,
 }
 
@@ -88,6 +90,9 @@ impl Phase {
         self.capacity.read += capacity.read;
         self.capacity.write += capacity.write;
         self.handler += handler;
+        for (service, time) in counter.waited() {
+            *self.waited.entry(service).or_default() += time;
+        }
         counter.reset();
     }
 
@@ -141,13 +146,23 @@ impl Phase {
             .map(|(op, c)| format!("{op}={:.4}", each(*c as f64)))
             .collect();
         println!(
-            "BENCH scale_{name} n={n} per={per} dynamodb={:.4} rru={:.4} wru={:.4} sqs_sends={:.4} sqs_requests={:.4} handler_ms={:.4} wall_ms={:.4} deliveries={} {}",
+            "BENCH scale_{name} n={n} per={per} dynamodb={:.4} rru={:.4} wru={:.4} sqs_sends={:.4} sqs_requests={:.4} handler_ms={:.4} dynamodb_ms={:.4} sqs_ms={:.4} wall_ms={:.4} deliveries={} {}",
             each(self.of("DynamoDB.") as f64),
             each(self.capacity.read),
             each(self.capacity.write),
             each(self.of("SQS.SendMessage") as f64),
             each(self.of("SQS.") as f64),
             each(self.handler.as_secs_f64() * 1e3),
+            each(
+                self.waited
+                    .get("DynamoDB")
+                    .map_or(0.0, |t| t.as_secs_f64() * 1e3)
+            ),
+            each(
+                self.waited
+                    .get("SQS")
+                    .map_or(0.0, |t| t.as_secs_f64() * 1e3)
+            ),
             each(wall.as_secs_f64() * 1e3),
             self.deliveries,
             ops.join(" ")
