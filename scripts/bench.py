@@ -637,6 +637,67 @@ def cost_rows(ctx: "Context") -> list[Row]:
     return rows
 
 
+# --- scale ------------------------------------------------------------------------
+
+
+def scale_run(n: int) -> dict[str, dict[str, str]]:
+    """One run of tests/tests/e2e/scale.rs at `n` instances (an ignored
+    test: minutes at n = 1,000); its `BENCH scale_*` lines."""
+    args = [
+        "cargo", "test", "--locked", "-q", "--workspace", "--test", "e2e", "--",
+        "--ignored", "--nocapture", "--test-threads", "1", "scale::",
+    ]
+    say(f"$ VERGENCE_SCALE_N={n} " + " ".join(args))
+    proc = subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "VERGENCE_SCALE_N": str(n)}
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: the scale test at n={n} failed:\n" + (proc.stdout + proc.stderr)[-4000:])
+    bench = {}
+    for match in re.finditer(r"BENCH (scale_\S+)((?: \S+=\S+)*)", proc.stdout):
+        bench[match[1]] = dict(p.split("=", 1) for p in match[2].split())
+    if "scale_check" not in bench:
+        raise SystemExit("bench: the scale test printed no BENCH scale_check line:\n" + proc.stdout[-2000:])
+    return bench
+
+
+def scale_rows(ctx: "Context", sizes: list[int]) -> list[Row]:
+    """Per instance and per steady-state check, at each size: requests must
+    be identical, time per instance flat (docs/performance.md, "Scale")."""
+    runs = {n: scale_run(n) for n in sizes}
+
+    def cell(n: int, name: str, keys: list[str]) -> str:
+        line = runs[n][name]
+        return f"n={n:,}: " + " ".join(f"{k} {float(line[k]):g}" for k in keys)
+
+    rows = []
+    # What must be identical at every size: the push's per-instance
+    # requests (its 7 requests made once shrink per instance as n grows),
+    # every DynamoDB request of the others.
+    push_same = ["DynamoDB.Query", "DynamoDB.TransactWriteItems"]
+    for name, what, keys, same_keys in [
+        ("scale_push", "config pushed, per instance", ["dynamodb", "wru", "sqs_sends", "handler_ms"], push_same),
+        ("scale_converge", "worker to CONVERGED, per instance", ["dynamodb", "rru", "wru", "sqs_sends", "handler_ms"], ["dynamodb"]),
+        ("scale_check", "steady-state check, per check", ["dynamodb", "rru", "wru", "sqs_sends", "handler_ms"], ["dynamodb"]),
+        ("scale_scheduler", "scheduler run, nothing due, per run", ["dynamodb", "rru", "handler_ms"], ["dynamodb"]),
+    ]:
+        same = len({tuple(runs[n][name].get(k) for k in same_keys) for n in sizes}) == 1
+        ms = [float(runs[n][name]["handler_ms"]) for n in sizes]
+        ratio = ms[-1] / ms[0] if len(sizes) > 1 and ms[0] > 0 else None
+        measured = "; ".join(cell(n, name, keys) for n in sizes)
+        if ratio is not None:
+            measured += f"; time {sizes[-1]:,} / {sizes[0]:,}: {fmt_ratio(ratio)}"
+        rows.append(
+            Row(
+                f"scale: {what}",
+                measured,
+                "DynamoDB requests identical across n",
+                None if ctx.smoke or len(sizes) < 2 else same,
+            )
+        )
+    return rows
+
+
 class RuntimeApi(BaseHTTPRequestHandler):
     """Just enough of the Lambda runtime API to time a function's init:
     the first `next` marks the end of init; one empty SQS batch is handed
@@ -792,8 +853,14 @@ def main() -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"],
+        choices=["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker", "scale"],
         help="only these rows",
+    )
+    parser.add_argument(
+        "--scale-sizes",
+        type=int,
+        nargs="+",
+        help="instances of the scale row's runs (default 100 1000; smoke 20)",
     )
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
     args = parser.parse_args()
@@ -801,7 +868,11 @@ def main() -> int:
     NO_BUILD = args.no_build
     smoke = args.smoke
     runs = args.runs or (1 if smoke else 5)
-    only = set(args.only or ["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"])
+    # The scale row takes ~20 min at its full sizes (docs/performance.md,
+    # "Scale"): in the smoke run, at 20 instances, but only on request in
+    # the full one.
+    rows_by_default = ["local_up", "idle_rerun", "rows", "decide", "requests", "cost", "worker"]
+    only = set(args.only or (rows_by_default + ["scale"] if smoke else rows_by_default))
 
     if smoke:
         cargo_build(SMOKE_BUILD)
@@ -828,6 +899,8 @@ def main() -> int:
         rows += cost_rows(ctx)
     if "worker" in only:
         rows += worker_binary(ctx)
+    if "scale" in only:
+        rows += scale_rows(ctx, args.scale_sizes or ([20] if smoke else [100, 1000]))
 
     mode = "smoke (small inputs, debug builds: not comparable to the targets)" if smoke else f"full ({runs} runs each)"
     lines = [

@@ -30,6 +30,19 @@ use aws_smithy_types::config_bag::{Storable, StoreReplace};
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, usize>>>,
     capacity: Arc<Mutex<Capacity>>,
+    /// Time from sending a request to its answer read, by service.
+    waited: Arc<Mutex<BTreeMap<&'static str, std::time::Duration>>>,
+}
+
+/// When a request left, and to which service.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    at: std::time::Instant,
+    service: &'static str,
+}
+
+impl Storable for Sent {
+    type Storer = StoreReplace<Self>;
 }
 
 /// DynamoDB capacity units consumed (on demand: request units).
@@ -50,8 +63,15 @@ impl RequestCounter {
         *self.capacity.lock().unwrap()
     }
 
+    /// Time spent waiting for answers so far, by service (`DynamoDB`,
+    /// `SQS`): where a step's time goes.
+    pub fn waited(&self) -> BTreeMap<&'static str, std::time::Duration> {
+        self.waited.lock().unwrap().clone()
+    }
+
     pub fn reset(&self) {
         self.counts.lock().unwrap().clear();
+        self.waited.lock().unwrap().clear();
         *self.capacity.lock().unwrap() = Capacity::default();
     }
 }
@@ -100,7 +120,7 @@ impl Intercept for RequestCounter {
         &self,
         context: &BeforeTransmitInterceptorContextRef<'_>,
         _: &RuntimeComponents,
-        _: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let target = context
             .request()
@@ -109,6 +129,17 @@ impl Intercept for RequestCounter {
             .unwrap_or("unknown")
             .replace("DynamoDB_20120810", "DynamoDB")
             .replace("AmazonSQS", "SQS");
+        let service = if target.starts_with("DynamoDB") {
+            "DynamoDB"
+        } else if target.starts_with("SQS") {
+            "SQS"
+        } else {
+            "other"
+        };
+        cfg.interceptor_state().store_put(Sent {
+            at: std::time::Instant::now(),
+            service,
+        });
         *self.counts.lock().unwrap().entry(target).or_default() += 1;
         Ok(())
     }
@@ -158,6 +189,9 @@ impl Intercept for RequestCounter {
         _: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        if let Some(sent) = cfg.load::<Sent>().copied() {
+            *self.waited.lock().unwrap().entry(sent.service).or_default() += sent.at.elapsed();
+        }
         let Some(billed) = cfg.load::<Billed>().copied() else {
             return Ok(());
         };

@@ -2,8 +2,9 @@
 //! and API against DynamoDB Local and moto (with faults injected), the ECS
 //! and Cloud Run runners and runtimes and the Lambda runner through the
 //! worker, notifications, the Lambda binaries under a Lambda runtime API,
-//! the CLI's tokens in a deployment's table, and the layering of the
-//! crates. One test binary, a module per area.
+//! the CLI's tokens in a deployment's table, the layering of the
+//! crates, and (ignored, on request) scale. One test binary, a module per
+//! area.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +14,7 @@ mod lambda_build;
 mod lambda_logs;
 mod lambda_smoke;
 mod layering;
+mod scale;
 mod serverless;
 mod serverless_cloud_run;
 mod serverless_cloud_run_runtime;
