@@ -156,6 +156,13 @@ impl Intercept for RequestCounter {
             return Ok(());
         };
         let read = is_read(op);
+        // A trace of every request in order, for finding where a count comes from.
+        if std::env::var_os("VERGENCE_WIRE_TRACE").is_some()
+            && let Some(bytes) = request.body().bytes()
+        {
+            let text = String::from_utf8_lossy(bytes);
+            eprintln!("WIRE {op} {}", &text[..text.len().min(400)]);
+        }
         let Some(mut body) = request
             .body()
             .bytes()

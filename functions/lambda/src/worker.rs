@@ -30,7 +30,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
-use vergence_engine::{Engine, JobCompletion, QuietChecks, RunnerRouter};
+use vergence_engine::{Engine, JobCompletion, QuietChecks, RunnerRouter, UpstreamHints};
 use vergence_model::ports::{JobResultSink, JobStore, Runner, Started, WorkItem, WorkQueue};
 use vergence_model::{
     BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult, RunnerKind,
@@ -131,6 +131,9 @@ pub struct Worker {
     config: WorkerConfig,
     /// Replaces the local runner (tests inject crashes with it).
     runner: Option<Arc<dyn Runner>>,
+    /// What steps learnt about reading instances with their upstream
+    /// channels, kept for the container's next batches.
+    hints: UpstreamHints,
 }
 
 impl Worker {
@@ -139,6 +142,7 @@ impl Worker {
             deployment,
             config,
             runner: None,
+            hints: UpstreamHints::default(),
         }
     }
 
@@ -174,6 +178,7 @@ impl Worker {
             deployment,
             config,
             runner: Some(runner),
+            hints: UpstreamHints::default(),
         }
     }
 
@@ -219,7 +224,8 @@ impl Worker {
             self.deployment.clock.clone(),
         )
         .with_artifacts(self.deployment.artifacts.clone())
-        .with_quiet_checks(QUIET_CHECKS);
+        .with_quiet_checks(QUIET_CHECKS)
+        .with_upstream_hints(self.hints.clone());
         let mut response = SqsBatchResponse::default();
         let mut failed = |message: &SqsMessage| {
             let mut failure = BatchItemFailure::default();

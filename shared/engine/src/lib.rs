@@ -31,7 +31,9 @@ pub use decide::{ACTOR, decide, moment};
 pub use gates::{Gate, UpstreamView, human};
 pub use interrupted::note_interrupted;
 pub use runners::RunnerRouter;
-pub use step::{Engine, JobCompletion, QuietChecks, StepReport, enqueue_due, load_facts};
+pub use step::{
+    Engine, JobCompletion, QuietChecks, StepReport, UpstreamHints, enqueue_due, load_facts,
+};
 
 use vergence_model::terraform::PlanContent;
 use vergence_model::{

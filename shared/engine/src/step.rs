@@ -2,7 +2,7 @@
 //!
 //! Load, decide, persist (conditional on the revision read, with the new
 //! jobs and events in the same write), then dispatch. A job is recorded
-//! before it is dispatched and claimed before it is handed to a runner, so a
+//! before it is dispatched, claimed by the commit that records it, so a
 //! redelivered message or a second worker never starts it twice. A job its
 //! runner ran inline is decided on again in the same step, from what the
 //! step stored, so a local job costs one step instead of two; its result is
@@ -11,19 +11,21 @@
 //! [`facts`] loads what a decision depends on; [`jobs`] hands jobs to
 //! runners and records their results.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
 use tracing::{debug, instrument, warn};
 
-use super::{Decision, RunnerRouter, Settled, decide, settled};
+use super::{Decision, RunnerRouter, Settled, UpstreamView, decide, settled};
 use vergence_model::error::{Error, Result};
 use vergence_model::ports::{
     ArtifactStore, Clock, InstanceChange, InstanceCommit, MAX_CONFLICT_RETRIES, StateStore,
     WorkItem, WorkQueue,
 };
 use vergence_model::{
-    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, ReleaseChannelName, Status,
+    Event, InstanceKey, InstanceRecord, JobId, JobRecord, JobResult, Precondition,
+    ReleaseChannelName, Status,
 };
 
 mod facts;
@@ -34,7 +36,8 @@ pub use facts::load_facts;
 pub use jobs::JobCompletion;
 pub use quiet::QuietChecks;
 
-use jobs::{Handed, ended_with};
+use facts::Upstream;
+use jobs::{Handed, claimed, ended_with};
 use quiet::Quietly;
 
 /// What one step did.
@@ -65,6 +68,29 @@ pub struct Engine {
     /// Checks that find nothing kept cheap, where the queue can carry the
     /// next check (see [`QuietChecks`]).
     quiet: Option<QuietChecks>,
+    hints: UpstreamHints,
+}
+
+/// Which upstream channels each instance's preconditions looked at when
+/// this process last stepped it: a step reads them together with the
+/// instance, in one request where the store can
+/// ([`vergence_model::ports::InstanceStore::get_instances`]), instead of
+/// reading the instance first to learn them. Only a guess at what to read:
+/// when the instance's preconditions changed, the step reads what they
+/// name and decides on that.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamHints(Arc<Mutex<HashMap<InstanceKey, Vec<ReleaseChannelName>>>>);
+
+impl UpstreamHints {
+    fn get(&self, key: &InstanceKey) -> Vec<ReleaseChannelName> {
+        let hints = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hints.get(key).cloned().unwrap_or_default()
+    }
+
+    fn set(&self, key: &InstanceKey, channels: Vec<ReleaseChannelName>) {
+        let mut hints = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        hints.insert(key.clone(), channels);
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -87,7 +113,16 @@ impl Engine {
             clock,
             artifacts: None,
             quiet: None,
+            hints: UpstreamHints::default(),
         }
+    }
+
+    /// Keeps what steps learn about which upstream channels to read with
+    /// each instance in `hints`, which outlives this engine (a worker makes
+    /// an engine per batch of messages, and keeps the hints for the next).
+    pub fn with_upstream_hints(mut self, hints: UpstreamHints) -> Self {
+        self.hints = hints;
+        self
     }
 
     /// Keeps checks that find nothing cheap: the next check travels as a
@@ -131,20 +166,23 @@ impl Engine {
         // The instance as this step stored it, with its job in flight as it
         // ended inline.
         let mut known: Option<(InstanceRecord, JobRecord)> = None;
+        // The upstream channels as read with the instance, or before.
+        let mut upstream = None;
         loop {
-            let (record, job) = match known.take() {
-                Some((record, job)) => (record, Some(job)),
+            let (record, job, read) = match known.take() {
+                Some((record, job)) => (record, Some(job), upstream.take()),
                 None => match self.read(key, progress).await? {
                     Ok(read) => read,
                     Err(gone) => return Ok(*gone),
                 },
             };
             let now = self.clock.now();
-            let facts = self.facts(&record, job, now).await?;
+            let facts = self.facts(&record, job, now, read).await?;
             let decision = decide(&record, &facts);
+            upstream = Some(facts.upstream.clone());
             if conflicts == 0 && progress.absorbed == 0 {
                 match self
-                    .check_quietly(key, &record, &decision, now, progress)
+                    .check_quietly(key, &record, (&decision, &facts.upstream), now, progress)
                     .await
                 {
                     Ok(Quietly::Not) => {}
@@ -209,14 +247,21 @@ impl Engine {
         }
     }
 
-    /// The instance and its job in flight, read once; or, when it no
-    /// longer exists, the step's report.
+    /// The instance and its job in flight, read once, with the upstream
+    /// channels its preconditions look at when the hint had them right;
+    /// or, when it no longer exists, the step's report.
     async fn read(
         &self,
         key: &InstanceKey,
         progress: &mut Progress,
-    ) -> Result<std::result::Result<(InstanceRecord, Option<JobRecord>), Box<StepReport>>> {
-        let Some(record) = self.store.get_instance(key).await? else {
+    ) -> Result<
+        std::result::Result<(InstanceRecord, Option<JobRecord>, Option<Upstream>), Box<StepReport>>,
+    > {
+        let hinted = self.hints.get(key);
+        let mut keys = vec![key.clone()];
+        keys.extend(hinted.iter().map(|channel| key.in_channel(channel)));
+        let mut found = self.store.get_instances(&keys).await?.into_iter();
+        let Some(record) = found.next().flatten() else {
             self.schedule(key, None, &progress.wake).await?;
             let progress = std::mem::take(progress);
             return Ok(Err(Box::new(StepReport {
@@ -225,8 +270,28 @@ impl Engine {
                 ..StepReport::default()
             })));
         };
+        let wanted: Vec<ReleaseChannelName> = record
+            .desired
+            .compiled()
+            .map(|spec| {
+                Precondition::upstream_channels(&spec.preconditions)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let upstream = if wanted == hinted {
+            let views = hinted.into_iter().zip(found);
+            Some(
+                views
+                    .filter_map(|(channel, upstream)| Some((channel, UpstreamView::of(&upstream?))))
+                    .collect(),
+            )
+        } else {
+            self.hints.set(key, wanted);
+            None
+        };
         let job = self.in_flight_job(&record).await?;
-        Ok(Ok((record, job)))
+        Ok(Ok((record, job, upstream)))
     }
 
     /// Starts a stored decision's jobs. The job in flight, when it ended
@@ -246,7 +311,7 @@ impl Engine {
         let mut left_ended = false;
         for job in &decision.jobs {
             progress.dispatched.push(job.id.clone());
-            match self.hand_over(job).await? {
+            match self.start(job, now).await? {
                 None | Some(Handed::Running(_)) => {}
                 Some(Handed::Ended(job, result))
                     if Some(&job.id) == in_flight && progress.absorbed < MAX_INLINE_RESULTS =>
@@ -312,7 +377,7 @@ impl Engine {
             .commit(InstanceCommit {
                 change: InstanceChange::Put(Box::new(next.clone())),
                 expected_revision: Some(record.revision),
-                new_jobs: decision.jobs.clone(),
+                new_jobs: decision.jobs.iter().map(|j| claimed(j, now)).collect(),
                 finished_jobs: finished
                     .iter()
                     .map(|(job, result)| (job.id.clone(), result.clone()))

@@ -208,6 +208,17 @@ pub struct InstanceCommit {
 #[async_trait]
 pub trait InstanceStore: Send + Sync {
     async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>>;
+    /// Instances of one service in several channels (a step's instance and
+    /// the upstream channels its preconditions look at), in the order of
+    /// `keys`. The default reads them one by one; a store that charges by
+    /// the request reads them in one.
+    async fn get_instances(&self, keys: &[InstanceKey]) -> Result<Vec<Option<InstanceRecord>>> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            found.push(self.get_instance(key).await?);
+        }
+        Ok(found)
+    }
     async fn list_instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>>;
     /// Instances whose [`InstanceRecord::due_at`] is at or before `now`,
     /// earliest first.
@@ -272,8 +283,24 @@ pub async fn update_instance(
     key: &InstanceKey,
     change: impl Fn(&mut InstanceRecord) -> Option<Vec<Event>>,
 ) -> Result<Option<InstanceRecord>> {
+    update_read_instance(store, clock, key, None, change).await
+}
+
+/// [`update_instance`], starting from `read` (the instance as read with
+/// others, in one request) instead of reading it first.
+pub async fn update_read_instance(
+    store: &(impl InstanceStore + ?Sized),
+    clock: &(impl Clock + ?Sized),
+    key: &InstanceKey,
+    mut read: Option<InstanceRecord>,
+    change: impl Fn(&mut InstanceRecord) -> Option<Vec<Event>>,
+) -> Result<Option<InstanceRecord>> {
     for _ in 0..MAX_CONFLICT_RETRIES {
-        let Some(mut record) = store.get_instance(key).await? else {
+        let record = match read.take() {
+            Some(record) => Some(record),
+            None => store.get_instance(key).await?,
+        };
+        let Some(mut record) = record else {
             return Ok(None);
         };
         let expected = record.revision;

@@ -500,10 +500,11 @@ async fn instances_converge_once_each_under_injected_faults() {
 }
 
 /// The nasty case at one precise call: the worker's claim of an apply job
-/// reaches DynamoDB, but its answer is lost, and the SDK sends the claim
-/// again. The retry must count as the claim it is, so the job runs at once;
-/// read as someone else's claim, the job would wait, unrun, until its
-/// deadline and then be started again as a lost job.
+/// (the commit that records the job claimed) reaches DynamoDB, but its
+/// answer is lost, and the SDK sends it again. The retry must count as the
+/// write it is (the SDK sends a transaction with an idempotency token), so
+/// the job runs at once; read as someone else's write, the job would wait,
+/// unrun, until its deadline and then be started again as a lost job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_answer_is_lost_runs_its_job_once_without_waiting_for_the_deadline() {
     let Some((dynamodb, sqs)) = endpoints() else {
@@ -526,9 +527,9 @@ async fn a_claim_whose_answer_is_lost_runs_its_job_once_without_waiting_for_the_
         .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
         .unwrap();
-    // The claim is the one update that sets when the job was dispatched.
+    // The claim is the one write that sets when the job was dispatched.
     h.faults.as_ref().unwrap().dynamodb.set_poison(Some(Poison {
-        operation: "DynamoDB.UpdateItem".into(),
+        operation: "DynamoDB.TransactWriteItems".into(),
         marker: "dispatched_at".into(),
         fault: Fault::DropAfterForward,
         limit: Some(1),

@@ -4,13 +4,15 @@
 //! Each version has a record (`version#…`, the immutable body and the
 //! sequence number of its latest push) and one push-order entry
 //! (`pushed#<seq>`, a copy of the body), so the newest releases are one
-//! descending query. Pushing a version again moves its push-order entry to a
-//! new sequence number from the service's counter, in one transaction
-//! conditional on the sequence number read.
+//! descending query. The sequence number is the push's time in
+//! microseconds (made unique by conditional writes), so a new version is
+//! one transaction with nothing read first. Pushing a version again moves
+//! its push-order entry to a new sequence number, in one transaction
+//! conditional on the sequence number read. (Services pushed to before
+//! 2026-11-28 have small sequence numbers from a counter item; the time's
+//! are larger, so their order holds.)
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::ReturnValue;
-
 use vergence_model::ports::ReleaseStore;
 use vergence_model::{ApplicationName, Release, ServiceName};
 
@@ -25,8 +27,6 @@ type Result<T> = vergence_model::Result<T>;
 const BODY: &str = "body";
 const PUSHED_SEQ: &str = "pushed_seq";
 const VERSION: &str = "version";
-const SEQ: &str = "seq";
-const COUNTER_SK: &str = "counter";
 const PUSHED_PREFIX: &str = "pushed#";
 /// Pushes of the same version racing each other retry this often.
 const PUSH_ATTEMPTS: usize = 5;
@@ -47,8 +47,11 @@ impl DynamoStore {
     #[tracing::instrument(skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
     async fn push(&self, release: &Release) -> std::result::Result<(), AwsError> {
         let pk = releases_pk(&release.application, &release.service);
-        for _ in 0..PUSH_ATTEMPTS {
-            if self.try_push(&pk, release).await? == Outcome::Written {
+        let first = u64::try_from(release.created_at.as_microsecond()).unwrap_or(0);
+        for attempt in 0..PUSH_ATTEMPTS {
+            // The first attempt takes the version for new: the usual push.
+            let seq = first + attempt as u64;
+            if self.try_push(&pk, release, seq, attempt == 0).await? == Outcome::Written {
                 return Ok(());
             }
         }
@@ -58,13 +61,23 @@ impl DynamoStore {
         )))
     }
 
+    /// One attempt at pushing `release` as push number `seq` (or after the
+    /// version's previous push, if that is later). Unless `assume_new`, the
+    /// version's record is read first, and a version pushed before with
+    /// other parameters is refused.
     async fn try_push(
         &self,
         pk: &str,
         release: &Release,
+        seq: u64,
+        assume_new: bool,
     ) -> std::result::Result<Outcome, AwsError> {
         let version_key = key(pk, version_sk(&release.version));
-        let existing = self.get_item("put_release", version_key.clone()).await?;
+        let existing = if assume_new {
+            None
+        } else {
+            self.get_item("put_release", version_key.clone()).await?
+        };
         let (body, previous_seq) = match &existing {
             Some(item) => {
                 let body = get_attr("put_release", item, BODY)?;
@@ -85,7 +98,7 @@ impl DynamoStore {
                 (inline_body("put_release", what, release)?, None)
             }
         };
-        let seq = self.next_push_seq(pk).await?;
+        let seq = previous_seq.map_or(seq, |previous| seq.max(previous + 1));
         let version_write = match previous_seq {
             None => {
                 let mut item = version_key;
@@ -104,7 +117,8 @@ impl DynamoStore {
         let mut order = key(pk, pushed_sk(seq));
         order.insert(VERSION.to_owned(), s(release.version.as_str()));
         order.insert(BODY.to_owned(), body);
-        let mut writes = vec![version_write, Write::put(order, None)];
+        // Another push in the same microsecond is another version's.
+        let mut writes = vec![version_write, Write::put(order, Some(Expression::absent()))];
         if let Some(previous) = previous_seq {
             writes.push(Write::Delete {
                 key: key(pk, pushed_sk(previous)),
@@ -112,23 +126,6 @@ impl DynamoStore {
             });
         }
         self.transact("put_release", writes).await
-    }
-
-    /// A push sequence number unique within the service.
-    async fn next_push_seq(&self, pk: &str) -> std::result::Result<u64, AwsError> {
-        let output = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk, COUNTER_SK)))
-            .update_expression("ADD #seq :one")
-            .expression_attribute_names("#seq", SEQ)
-            .expression_attribute_values(":one", n(1))
-            .return_values(ReturnValue::UpdatedNew)
-            .send()
-            .await
-            .map_err(|e| AwsError::dynamo("put_release", e))?;
-        get_u64("put_release", &output.attributes.unwrap_or_default(), SEQ)
     }
 
     async fn newest_releases(

@@ -42,9 +42,24 @@ impl Control {
         if let Err(refused) = self.store.put_release(&release).await {
             return Err(self.why_refused(&release, refused).await);
         }
+        // The service's instances in one read, each written on the
+        // condition that it is still as read.
+        let filter = InstanceFilter {
+            application: Some(application.clone()),
+            service: Some(service.clone()),
+            release_channel: None,
+        };
+        let mut read: BTreeMap<InstanceKey, InstanceRecord> = self
+            .store
+            .list_instances(&filter)
+            .await?
+            .into_iter()
+            .map(|record| (record.key.clone(), record))
+            .collect();
         let mut keys = Vec::new();
         for (key, state) in desired {
-            if self.set_desired(&key, &state, model.hash()).await? {
+            let record = read.remove(&key);
+            if self.set_desired(&key, &state, model.hash(), record).await? {
                 keys.push(key);
             }
         }

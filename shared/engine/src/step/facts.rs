@@ -3,6 +3,8 @@
 //! finished (with the plan a Terraform fetch made), and which of its
 //! runners cannot take jobs now.
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 
 use super::Engine;
@@ -10,17 +12,24 @@ use crate::{Facts, UpstreamView};
 use vergence_model::error::Result;
 use vergence_model::ports::{Availability, Runner, StateStore};
 use vergence_model::terraform::{self, PlanContent};
-use vergence_model::{InstanceRecord, JobRecord, Precondition, ProtectionCheck};
+use vergence_model::{
+    InstanceRecord, JobRecord, Precondition, ProtectionCheck, ReleaseChannelName,
+};
 
 impl Engine {
     /// The facts of a decision about `record`, whose job in flight is `job`.
+    /// `upstream`, when given, is what this step read of the upstream
+    /// channels for its decision before: the decision on a job that ended
+    /// inline is taken within the same step, and reading them again would
+    /// cost a request per channel for a view milliseconds newer.
     pub(super) async fn facts(
         &self,
         record: &InstanceRecord,
         job: Option<JobRecord>,
         now: Timestamp,
+        upstream: Option<Upstream>,
     ) -> Result<Facts> {
-        let mut facts = load_facts(self.store.as_ref(), record, now).await?;
+        let mut facts = load(self.store.as_ref(), record, now, upstream).await?;
         if let (Some(flight), Some(job)) = (&record.state.in_flight, job) {
             facts.finished_job = self.finished_job(job, flight.stop.as_deref(), now).await?;
             if let Some(job) = &facts.finished_job {
@@ -66,15 +75,34 @@ pub async fn load_facts(
     record: &InstanceRecord,
     now: Timestamp,
 ) -> Result<Facts> {
+    load(store, record, now, None).await
+}
+
+/// What a step read of an instance's upstream channels.
+pub(super) type Upstream = BTreeMap<ReleaseChannelName, UpstreamView>;
+
+/// [`load_facts`], with the upstream channels as read before if given.
+async fn load(
+    store: &dyn StateStore,
+    record: &InstanceRecord,
+    now: Timestamp,
+    upstream: Option<Upstream>,
+) -> Result<Facts> {
     let mut facts = Facts::at(now);
     let Some(spec) = record.desired.compiled() else {
         return Ok(facts);
     };
-    for channel in Precondition::upstream_channels(&spec.preconditions) {
-        if let Some(upstream) = store.get_instance(&record.key.in_channel(channel)).await? {
-            facts
-                .upstream
-                .insert(channel.clone(), UpstreamView::of(&upstream));
+    match upstream {
+        Some(upstream) => facts.upstream = upstream,
+        None => {
+            for channel in Precondition::upstream_channels(&spec.preconditions) {
+                let key = record.key.in_channel(channel);
+                if let Some(upstream) = store.get_instance(&key).await? {
+                    facts
+                        .upstream
+                        .insert(channel.clone(), UpstreamView::of(&upstream));
+                }
+            }
         }
     }
     let needs_approvals = spec.require_approval_before_apply

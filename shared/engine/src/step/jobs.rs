@@ -116,25 +116,32 @@ impl Engine {
     /// Claims the job and hands it to its runner; a result it ended with
     /// inline is left to the caller to record. `None` when another worker
     /// had claimed it or it could not start.
-    #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
-    pub(super) async fn hand_over(&self, job: &JobRecord) -> Result<Option<Handed>> {
+    async fn hand_over(&self, job: &JobRecord) -> Result<Option<Handed>> {
         let now = self.clock.now();
         if !self.store.claim_job(&job.id, now).await? {
             debug!(job = %job.id, "already dispatched elsewhere");
             return Ok(None);
         }
+        self.start(job, now).await
+    }
+
+    /// Hands a job this step claimed to its runner: claimed by
+    /// [`Engine::hand_over`], or committed claimed with the decision that
+    /// made it (see [`claimed`]). `None` when it could not start.
+    #[instrument(skip_all, fields(job = %job.id, kind = %job.kind, version = %job.version, attempt = job.attempt, runner = job.spec.runner.name()))]
+    pub(super) async fn start(&self, job: &JobRecord, at: Timestamp) -> Result<Option<Handed>> {
         match self.runners.start(job).await {
             Ok(Started::Running(handle)) => {
                 if let Some(handle) = &handle {
                     self.store.record_handle(&job.id, handle).await?;
                 }
                 let mut running = job.clone();
-                running.state = JobState::Dispatched { at: now, handle };
+                running.state = JobState::Dispatched { at, handle };
                 Ok(Some(Handed::Running(running)))
             }
             Ok(Started::Finished(result)) => Ok(Some(Handed::Ended(job.clone(), result))),
             Err(e) => {
-                self.not_started(job, &e, now).await?;
+                self.not_started(job, &e, at).await?;
                 Ok(None)
             }
         }
@@ -201,6 +208,18 @@ pub(super) enum Handed {
     Running(JobRecord),
     /// It ran inline; its result is not recorded yet.
     Ended(JobRecord, JobResult),
+}
+
+/// A new job as its decision commits it: claimed by the step that commits
+/// it, which hands it to its runner next. A claim of its own would cost a
+/// write per job; a second worker stepping the instance finds the job
+/// dispatched and asks its runner instead of starting it again. A worker
+/// that dies between the commit and the start leaves it to its deadline,
+/// as one that dies between a claim and the start always did.
+pub(super) fn claimed(job: &JobRecord, at: Timestamp) -> JobRecord {
+    let mut claimed = job.clone();
+    claimed.state = JobState::Dispatched { at, handle: None };
+    claimed
 }
 
 /// `job` with its result recorded.

@@ -22,6 +22,7 @@
 use jiff::{SignedDuration, Timestamp};
 use tracing::debug;
 
+use super::facts::Upstream;
 use super::{Engine, Progress, StepReport, ended_with};
 use crate::{Decision, decide, settled};
 use vergence_model::error::Result;
@@ -79,7 +80,7 @@ impl Engine {
         &self,
         key: &InstanceKey,
         record: &InstanceRecord,
-        decision: &Decision,
+        (decision, upstream): (&Decision, &Upstream),
         now: Timestamp,
         progress: &mut Progress,
     ) -> Result<Quietly> {
@@ -114,7 +115,12 @@ impl Engine {
         ran.state = decision.state.clone();
         ran.next_check_at = decision.next_check_at;
         let facts = self
-            .facts(&ran, Some(ended_with(job, result.clone())), now)
+            .facts(
+                &ran,
+                Some(ended_with(job, result.clone())),
+                now,
+                Some(upstream.clone()),
+            )
             .await?;
         let after = decide(&ran, &facts);
         let check = (after.jobs.is_empty() && after.events.is_empty() && after.wake.is_empty())

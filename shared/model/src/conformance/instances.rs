@@ -195,6 +195,32 @@ pub async fn instances_are_listed_by_filter(store: Arc<dyn StateStore>) {
     );
 }
 
+pub async fn instances_read_together_come_in_the_order_asked(store: Arc<dyn StateStore>) {
+    for (svc, rc) in [("web", "staging"), ("web", "prod"), ("web-2", "prod")] {
+        store
+            .commit(put(record(&key("shop", svc, rc), None), None))
+            .await
+            .expect("create");
+    }
+    let asked = [
+        key("shop", "web", "prod"),
+        key("shop", "web", "canary"),
+        key("shop", "web", "staging"),
+    ];
+    let found = store.get_instances(&asked).await.expect("read");
+    let keys: Vec<Option<InstanceKey>> = found.into_iter().map(|r| r.map(|r| r.key)).collect();
+    assert_eq!(
+        keys,
+        vec![Some(asked[0].clone()), None, Some(asked[2].clone())],
+        "one service's channels, missing ones as None, no other service's"
+    );
+    let mixed = [key("shop", "web-2", "prod"), key("shop", "web", "prod")];
+    let found = store.get_instances(&mixed).await.expect("read");
+    let keys: Vec<Option<InstanceKey>> = found.into_iter().map(|r| r.map(|r| r.key)).collect();
+    assert_eq!(keys, vec![Some(mixed[0].clone()), Some(mixed[1].clone())]);
+    assert!(store.get_instances(&[]).await.expect("read").is_empty());
+}
+
 pub async fn due_instances_are_the_ones_whose_time_has_come_earliest_first(
     store: Arc<dyn StateStore>,
 ) {

@@ -42,6 +42,7 @@ macro_rules! store_conformance_tests {
             a_quiet_check_is_read_back_until_the_instance_is_written_again,
             a_deleted_instance_added_again_has_none_of_its_old_checks,
             instances_are_listed_by_filter,
+            instances_read_together_come_in_the_order_asked,
             due_instances_are_the_ones_whose_time_has_come_earliest_first,
             a_job_is_claimed_once_and_finished_once,
             a_commit_records_a_job_result_once_with_the_instance,
