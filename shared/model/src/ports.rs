@@ -265,6 +265,16 @@ pub async fn write_unchanged(
     }
 }
 
+/// Marks an instance someone other than its step changed at `now` (a
+/// config, a release, a person): due for a step now, its write time now.
+pub fn changed_now(record: &mut InstanceRecord, now: Timestamp) {
+    record.next_check_at = Some(now);
+    // Due now: the index must find it if the message asking for the
+    // step is lost, not a watchdog's time later.
+    record.watchdog_at = None;
+    record.updated_at = now;
+}
+
 /// How often a read-change-write of an instance is tried again when
 /// another writer got there first. Conflicting writers are rare (a config
 /// push racing a step); a few re-reads settle them.
@@ -283,24 +293,8 @@ pub async fn update_instance(
     key: &InstanceKey,
     change: impl Fn(&mut InstanceRecord) -> Option<Vec<Event>>,
 ) -> Result<Option<InstanceRecord>> {
-    update_read_instance(store, clock, key, None, change).await
-}
-
-/// [`update_instance`], starting from `read` (the instance as read with
-/// others, in one request) instead of reading it first.
-pub async fn update_read_instance(
-    store: &(impl InstanceStore + ?Sized),
-    clock: &(impl Clock + ?Sized),
-    key: &InstanceKey,
-    mut read: Option<InstanceRecord>,
-    change: impl Fn(&mut InstanceRecord) -> Option<Vec<Event>>,
-) -> Result<Option<InstanceRecord>> {
     for _ in 0..MAX_CONFLICT_RETRIES {
-        let record = match read.take() {
-            Some(record) => Some(record),
-            None => store.get_instance(key).await?,
-        };
-        let Some(mut record) = record else {
+        let Some(mut record) = store.get_instance(key).await? else {
             return Ok(None);
         };
         let expected = record.revision;
@@ -312,11 +306,7 @@ pub async fn update_read_instance(
             &mut events,
             &format!("{}@{}c", key.storage_id(), expected + 1),
         );
-        record.next_check_at = Some(now);
-        // Due now: the index must find it if the message asking for the
-        // step is lost, not a watchdog's time later.
-        record.watchdog_at = None;
-        record.updated_at = now;
+        changed_now(&mut record, now);
         let commit = InstanceCommit {
             change: InstanceChange::Put(Box::new(record.clone())),
             expected_revision: Some(expected),
@@ -352,12 +342,31 @@ pub trait JobStore: Send + Sync {
     async fn finish_job(&self, id: &JobId, result: &JobResult) -> Result<bool>;
 }
 
+/// A release and what it brings, written together by
+/// [`ReleaseStore::push_release`].
+#[derive(Clone, Debug)]
+pub struct ReleasePush {
+    pub release: Release,
+    /// The config the instances' desired states were compiled from.
+    pub config_hash: String,
+    /// The service's instances with their new desired states, each at the
+    /// revision it was read at (the write's condition).
+    pub instances: Vec<InstanceRecord>,
+    pub events: Vec<Event>,
+}
+
 #[async_trait]
 pub trait ReleaseStore: Send + Sync {
     /// Records a release and makes it the service's latest. Pushing the same
     /// version again with the same parameters only makes it latest again; with
     /// other parameters it is a [`crate::Error::Conflict`] (versions are immutable).
     async fn put_release(&self, release: &Release) -> Result<()>;
+    /// Records a release as [`ReleaseStore::put_release`] does, with the
+    /// new desired states of the service's instances and the release's
+    /// events, all or nothing: only while `push.config_hash` is the config
+    /// in force and every instance is at the revision it carries. Anything
+    /// else is a [`crate::Error::Conflict`] and writes nothing.
+    async fn push_release(&self, push: &ReleasePush) -> Result<()>;
     async fn latest_release(
         &self,
         application: &ApplicationName,

@@ -512,9 +512,15 @@ fn apply_only_config(dir: &std::path::Path, channels: &[&str]) {
 
 /// What a release of an apply-only service costs, counted at the wire: the
 /// push (API) and the worker's steps from there to CONVERGED in every
-/// channel. The event source mapping's receive and delete, the test's own
+/// channel; and another push from a cold api container. The event source mapping's receive and delete, the test's own
 /// status reads and the scheduler (never needed here) are not counted.
-async fn release_costs(channels: &[&str]) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+async fn release_costs(
+    channels: &[&str],
+) -> (
+    BTreeMap<String, usize>,
+    BTreeMap<String, usize>,
+    BTreeMap<String, usize>,
+) {
     let (dynamodb, sqs) = endpoints().unwrap();
     let counter = vergence_e2e::wire::RequestCounter::default();
     let mut h = Harness::start_with(&dynamodb, &sqs, None, Some(counter.clone())).await;
@@ -557,7 +563,19 @@ async fn release_costs(channels: &[&str]) -> (BTreeMap<String, usize>, BTreeMap<
         let applied = std::fs::read_to_string(dir.path().join(format!("applied-{channel}")));
         assert_eq!(applied.unwrap().trim(), "v2");
     }
-    (push, steps)
+    // A push from a container that has compiled nothing yet.
+    counter.reset();
+    h.control()
+        .push_release(
+            None,
+            &"api".parse().unwrap(),
+            &"v3".parse().unwrap(),
+            &BTreeMap::new(),
+            "ci",
+        )
+        .await
+        .unwrap();
+    (push, steps, counter.snapshot())
 }
 
 /// What one apply-only instance costs from a pushed release to CONVERGED
@@ -567,11 +585,13 @@ async fn requests_per_apply_only_instance_from_release_to_converged() {
     if endpoints().is_none() {
         return;
     }
-    let (push, steps) = release_costs(&["prod"]).await;
+    let (push, steps, cold) = release_costs(&["prod"]).await;
     bench("serverless_release_push", &push);
     bench("serverless_release_to_converged", &steps);
+    bench("serverless_release_push_cold", &cold);
     assert_counts("the release push", &push, PUSH_ONE_CHANNEL);
     assert_counts("the steps to CONVERGED", &steps, STEPS_ONE_CHANNEL);
+    assert_counts("a cold container's push", &cold, PUSH_COLD);
 }
 
 /// The same through two channels, prod waiting for staging to be stable.
@@ -580,7 +600,7 @@ async fn requests_per_instance_from_release_through_staging_to_prod() {
     if endpoints().is_none() {
         return;
     }
-    let (push, steps) = release_costs(&["staging", "prod"]).await;
+    let (push, steps, _) = release_costs(&["staging", "prod"]).await;
     let (push_dynamodb, push_sqs) = bench("serverless_release_push_two_channels", &push);
     let (dynamodb, sqs) = bench("serverless_staging_to_prod", &steps);
     println!(
@@ -593,14 +613,19 @@ async fn requests_per_instance_from_release_through_staging_to_prod() {
 }
 
 /// Pushing a release (API), from a container that has the config compiled:
-/// the config pointer (is the config it compiled still the one in force?),
-/// the release in one transaction (a new version: nothing read first), the
-/// service's instances in one query, each instance's new desired state,
-/// the release's event, and a message to step them.
+/// the service's instances in one query, then one transaction: the release
+/// (a new version: nothing read first), each instance's new desired state
+/// and the release's event, on the condition that the config it compiled
+/// is still the one in force; and a message to step the instances.
 const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
-    ("DynamoDB.BatchWriteItem", 1),
-    ("DynamoDB.GetItem", 1),
-    ("DynamoDB.PutItem", 1),
+    ("DynamoDB.Query", 1),
+    ("DynamoDB.TransactWriteItems", 1),
+    ("SQS.SendMessageBatch", 1),
+];
+/// The same from a container that has not compiled the config yet: the
+/// config pointer and snapshot first.
+const PUSH_COLD: &[(&str, usize)] = &[
+    ("DynamoDB.GetItem", 2),
     ("DynamoDB.Query", 1),
     ("DynamoDB.TransactWriteItems", 1),
     ("SQS.SendMessageBatch", 1),
@@ -610,14 +635,7 @@ const PUSH_ONE_CHANNEL: &[(&str, usize)] = &[
 /// deadline check is sent for the apply, which ended in the step.
 const STEPS_ONE_CHANNEL: &[(&str, usize)] =
     &[("DynamoDB.Query", 1), ("DynamoDB.TransactWriteItems", 2)];
-const PUSH_TWO_CHANNELS: &[(&str, usize)] = &[
-    ("DynamoDB.BatchWriteItem", 1),
-    ("DynamoDB.GetItem", 1),
-    ("DynamoDB.PutItem", 2),
-    ("DynamoDB.Query", 1),
-    ("DynamoDB.TransactWriteItems", 1),
-    ("SQS.SendMessageBatch", 1),
-];
+const PUSH_TWO_CHANNELS: &[(&str, usize)] = PUSH_ONE_CHANNEL;
 /// Each channel as above, plus a step of prod from the push, in which it
 /// records that it waits for staging, and staging's wake of prod. Prod's
 /// steps read staging in the same query as prod (the worker learnt that

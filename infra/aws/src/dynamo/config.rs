@@ -25,6 +25,14 @@ const SNAPSHOT_SK: &str = "snapshot";
 const POINTER_PK: &str = "config";
 const POINTER_SK: &str = "current";
 
+/// A transaction's condition that `hash` is the config in force.
+pub(super) fn in_force(hash: &str) -> Write {
+    Write::Check {
+        key: key(POINTER_PK, POINTER_SK),
+        condition: Expression::equals(HASH, s(hash)),
+    }
+}
+
 impl DynamoStore {
     async fn store_snapshot(&self, snapshot: &ConfigSnapshot) -> std::result::Result<(), AwsError> {
         let pk = snapshot_pk(&snapshot.hash);

@@ -42,10 +42,10 @@ const SEQ: &str = "seq";
 /// check item's there is no other item.
 const CHECK_SUFFIX: &str = "#check";
 /// DynamoDB's limit on the writes in one transaction.
-const TRANSACTION_ITEMS: usize = 100;
+pub(super) const TRANSACTION_ITEMS: usize = 100;
 /// DynamoDB's 4 MB limit on a transaction, less a margin for what the size
 /// estimate leaves out (expressions, request framing).
-const TRANSACTION_BYTES: usize = 4 * 1024 * 1024 - 256 * 1024;
+pub(super) const TRANSACTION_BYTES: usize = 4 * 1024 * 1024 - 256 * 1024;
 
 fn instance_pk(application: &ApplicationName) -> String {
     format!("instances#{application}")
@@ -132,6 +132,19 @@ fn check_write(
     .value(":base", n(record.revision))
     .value(":seq", n(record.quiet_checks));
     Ok(Write::put(item, Some(condition)))
+}
+
+/// The write of `record` at the next revision, conditional on its own
+/// (the one read).
+pub(super) fn record_write(record: &InstanceRecord) -> std::result::Result<Write, AwsError> {
+    let commit = InstanceCommit {
+        change: InstanceChange::Put(Box::new(record.clone())),
+        expected_revision: Some(record.revision),
+        new_jobs: Vec::new(),
+        finished_jobs: Vec::new(),
+        events: Vec::new(),
+    };
+    Ok(instance_write(&commit)?.0)
 }
 
 /// The instance's own write, conditional on the revision read, and the

@@ -13,9 +13,14 @@
 //! are larger, so their order holds.)
 
 use async_trait::async_trait;
-use vergence_model::ports::ReleaseStore;
+use std::collections::HashSet;
+
+use vergence_model::ports::{ReleasePush, ReleaseStore};
 use vergence_model::{ApplicationName, Release, ServiceName};
 
+use super::config::in_force;
+use super::events::event_item;
+use super::instances::{TRANSACTION_BYTES, TRANSACTION_ITEMS, record_write};
 use super::payload::{decode_inline, inline_body};
 use super::table::{PK, SK};
 use super::write::{Expression, Outcome, Write};
@@ -46,13 +51,33 @@ fn pushed_sk(seq: u64) -> String {
 impl DynamoStore {
     #[tracing::instrument(skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
     async fn push(&self, release: &Release) -> std::result::Result<(), AwsError> {
+        self.push_with(release, &[], |_| None).await
+    }
+
+    /// Records `release` in one transaction with `with` (writes of other
+    /// items; `lost` says what a lost condition among them stands for, as
+    /// a conflict ending the push). The sequence number is the push's time;
+    /// the first attempt takes the version for new (the usual push), later
+    /// ones read it first.
+    async fn push_with(
+        &self,
+        release: &Release,
+        with: &[Write],
+        lost: impl Fn(usize) -> Option<String>,
+    ) -> std::result::Result<(), AwsError> {
         let pk = releases_pk(&release.application, &release.service);
         let first = u64::try_from(release.created_at.as_microsecond()).unwrap_or(0);
         for attempt in 0..PUSH_ATTEMPTS {
-            // The first attempt takes the version for new: the usual push.
             let seq = first + attempt as u64;
-            if self.try_push(&pk, release, seq, attempt == 0).await? == Outcome::Written {
-                return Ok(());
+            let mut writes = with.to_vec();
+            writes.extend(self.release_writes(&pk, release, seq, attempt == 0).await?);
+            match self.transact("put_release", writes).await? {
+                Outcome::Written => return Ok(()),
+                Outcome::Lost { index } => {
+                    if let Some(what) = lost(index) {
+                        return Err(AwsError::conflict(what));
+                    }
+                }
             }
         }
         Err(AwsError::conflict(format!(
@@ -61,17 +86,17 @@ impl DynamoStore {
         )))
     }
 
-    /// One attempt at pushing `release` as push number `seq` (or after the
+    /// The writes that record `release` as push number `seq` (or after the
     /// version's previous push, if that is later). Unless `assume_new`, the
     /// version's record is read first, and a version pushed before with
     /// other parameters is refused.
-    async fn try_push(
+    async fn release_writes(
         &self,
         pk: &str,
         release: &Release,
         seq: u64,
         assume_new: bool,
-    ) -> std::result::Result<Outcome, AwsError> {
+    ) -> std::result::Result<Vec<Write>, AwsError> {
         let version_key = key(pk, version_sk(&release.version));
         let existing = if assume_new {
             None
@@ -125,7 +150,64 @@ impl DynamoStore {
                 condition: None,
             });
         }
-        self.transact("put_release", writes).await
+        Ok(writes)
+    }
+
+    /// A release with its instances' desired states and its events, in one
+    /// transaction conditional on the config in force (see
+    /// [`ReleaseStore::push_release`]).
+    async fn push_all(&self, push: &ReleasePush) -> std::result::Result<(), AwsError> {
+        let mut writes = vec![in_force(&push.config_hash)];
+        for record in &push.instances {
+            writes.push(record_write(record)?);
+        }
+        let mut seen = HashSet::new();
+        for event in &push.events {
+            // One transaction may not write an item twice.
+            if seen.insert(event.id.as_str()) {
+                let item = event_item("push_release", event, self.event_retention)?;
+                writes.push(Write::put(item, None));
+            }
+        }
+        // The release's own writes are at most 3 items, two copies of an
+        // inline body (≤ 400 KB each): half the transaction is room enough.
+        let bytes: usize = writes.iter().map(Write::size).sum();
+        if writes.len() + 3 > TRANSACTION_ITEMS || bytes > TRANSACTION_BYTES / 2 {
+            return self.push_in_parts(push).await;
+        }
+        let instances = 1..=push.instances.len();
+        let lost = |index: usize| match index {
+            0 => Some("the config in force".to_owned()),
+            i if instances.contains(&i) => Some(format!("instance {}", push.instances[i - 1].key)),
+            // The release's own writes: pushed concurrently, or before.
+            _ => None,
+        };
+        self.push_with(&push.release, &writes, lost).await
+    }
+
+    /// A push too large for one transaction (a service in more channels
+    /// than a transaction holds items): the release under the config's
+    /// condition, then each instance under its own. An instance that
+    /// changed meanwhile ends it as a conflict, and the caller pushes again
+    /// (the same version again only moves it to the top).
+    async fn push_in_parts(&self, push: &ReleasePush) -> std::result::Result<(), AwsError> {
+        let config = [in_force(&push.config_hash)];
+        let lost = |index: usize| (index == 0).then(|| "the config in force".to_owned());
+        self.push_with(&push.release, &config, lost).await?;
+        for record in &push.instances {
+            if self
+                .write_one("push_release", record_write(record)?)
+                .await?
+                != Outcome::Written
+            {
+                return Err(AwsError::conflict(format!("instance {}", record.key)));
+            }
+        }
+        let mut items = Vec::new();
+        for event in &push.events {
+            items.push(event_item("push_release", event, self.event_retention)?);
+        }
+        self.put_all("push_release", items).await
     }
 
     async fn newest_releases(
@@ -173,6 +255,11 @@ impl ReleaseStore for DynamoStore {
     #[tracing::instrument(name = "dynamodb.put_release", level = "debug", skip_all, fields(application = %release.application, service = %release.service, version = %release.version))]
     async fn put_release(&self, release: &Release) -> Result<()> {
         Ok(self.push(release).await?)
+    }
+
+    #[tracing::instrument(name = "dynamodb.push_release", level = "debug", skip_all, fields(application = %push.release.application, service = %push.release.service, version = %push.release.version))]
+    async fn push_release(&self, push: &ReleasePush) -> Result<()> {
+        Ok(self.push_all(push).await?)
     }
 
     #[tracing::instrument(name = "dynamodb.latest_release", level = "debug", skip_all, fields(application = %application, service = %service))]

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
+};
 
 use super::{DynamoStore, Item, table};
 use crate::error::AwsError;
@@ -93,6 +95,8 @@ pub(crate) enum Write {
         update: Expression,
         condition: Option<Expression>,
     },
+    /// A condition on an item the transaction does not write.
+    Check { key: Item, condition: Expression },
 }
 
 /// What became of a conditional write.
@@ -131,7 +135,7 @@ impl Write {
     pub(crate) fn size(&self) -> usize {
         match self {
             Write::Put { item, .. } => item_size(item),
-            Write::Delete { key, .. } => item_size(key),
+            Write::Delete { key, .. } | Write::Check { key, .. } => item_size(key),
             Write::Update { key, update, .. } => {
                 item_size(key) + update.values.values().map(value_size).sum::<usize>()
             }
@@ -186,6 +190,18 @@ impl Write {
                     .map_err(build)?;
                 TransactWriteItem::builder().update(update).build()
             }
+            Write::Check { key, condition } => {
+                let (names, values) = condition.placeholders(None);
+                let check = ConditionCheck::builder()
+                    .table_name(table)
+                    .set_key(Some(key))
+                    .condition_expression(condition.text)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(build)?;
+                TransactWriteItem::builder().condition_check(check).build()
+            }
         })
     }
 }
@@ -220,6 +236,10 @@ impl DynamoStore {
         operation: &'static str,
         write: Write,
     ) -> Result<Outcome, AwsError> {
+        // Only a transaction checks an item without writing it.
+        if matches!(write, Write::Check { .. }) {
+            return self.transact(operation, vec![write]).await;
+        }
         let result = match write {
             Write::Put { item, condition } => {
                 let (names, values) = placeholders(condition.as_ref());
@@ -268,6 +288,8 @@ impl DynamoStore {
                     .map(drop)
                     .map_err(|e| lost_or(operation, e))
             }
+            // Sent as a transaction above.
+            Write::Check { .. } => Ok(()),
         };
         match result {
             Ok(()) => Ok(Outcome::Written),

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use jiff::Timestamp;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use vergence_model::ports::{InstanceChange, InstanceCommit, InstanceFilter, InstanceStore};
 use vergence_model::{ApplicationName, InstanceKey, InstanceRecord, ServiceName};
@@ -94,37 +94,20 @@ impl InstanceStore for SqliteStore {
         let id = key.storage_id();
         // Grouped: concurrent steps' commits share one transaction.
         self.write_grouped("commit", move |tx| {
-            let current: Option<u64> = tx
-                .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| r.get(0))
-                .optional()
-                .map_err(|e| EmbeddedError::sql("commit", e))?;
-            if current != commit.expected_revision {
-                return Err(conflict(format!("instance {key}")));
-            }
             let revision = match &commit.change {
                 InstanceChange::Put(record) => {
-                    let next = current.unwrap_or(0) + 1;
-                    let mut stored = (**record).clone();
-                    stored.revision = next;
-                    tx.execute(
-                        "INSERT INTO instances (id, application, service, release_channel, revision, next_check_at, body)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                         ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,
-                           next_check_at = excluded.next_check_at, body = excluded.body",
-                        params![
-                            id,
-                            key.application.as_str(),
-                            key.service.as_str(),
-                            key.release_channel.as_str(),
-                            next,
-                            stored.due_at().map(millis),
-                            to_json("commit", &stored)?
-                        ],
-                    )
-                    .map_err(|e| EmbeddedError::sql("commit", e))?;
-                    next
+                    put_instance(tx, "commit", record, commit.expected_revision)?
                 }
                 InstanceChange::Delete(_) => {
+                    let current: Option<u64> = tx
+                        .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                        .map_err(|e| EmbeddedError::sql("commit", e))?;
+                    if current != commit.expected_revision {
+                        return Err(conflict(format!("instance {key}")));
+                    }
                     tx.execute("DELETE FROM instances WHERE id = ?1", [&id])
                         .map_err(|e| EmbeddedError::sql("commit", e))?;
                     0
@@ -151,6 +134,47 @@ impl InstanceStore for SqliteStore {
         })
         .await
     }
+}
+
+/// Writes `record` within `tx` if the instance is at `expected` (`None`:
+/// it must not exist); returns its new revision.
+pub(super) fn put_instance(
+    tx: &Transaction<'_>,
+    operation: &'static str,
+    record: &InstanceRecord,
+    expected: Option<u64>,
+) -> std::result::Result<u64, EmbeddedError> {
+    let key = &record.key;
+    let id = key.storage_id();
+    let current: Option<u64> = tx
+        .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    if current != expected {
+        return Err(conflict(format!("instance {key}")));
+    }
+    let next = current.unwrap_or(0) + 1;
+    let mut stored = record.clone();
+    stored.revision = next;
+    tx.execute(
+        "INSERT INTO instances (id, application, service, release_channel, revision, next_check_at, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,
+           next_check_at = excluded.next_check_at, body = excluded.body",
+        params![
+            id,
+            key.application.as_str(),
+            key.service.as_str(),
+            key.release_channel.as_str(),
+            next,
+            stored.due_at().map(millis),
+            to_json(operation, &stored)?
+        ],
+    )
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
+    Ok(next)
 }
 
 fn decode_instance(

@@ -6,4 +6,5 @@
 
 mod async_runner;
 mod inline_runner;
+mod release_push;
 mod state_file;

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use vergence_model::error::{Error, Result};
-use vergence_model::ports::InstanceFilter;
+use vergence_model::ports::{
+    self, CompiledConfig, InstanceFilter, MAX_CONFLICT_RETRIES, ReleasePush,
+};
 use vergence_model::{
     ApplicationName, Approval, Event, EventFilter, EventKind, InstanceKey, InstanceRecord,
     ParamValue, Release, ServiceName, Version,
@@ -12,9 +14,28 @@ use vergence_model::{
 
 use super::Control;
 
+/// A release as asked for.
+struct Asked<'a> {
+    application: Option<ApplicationName>,
+    service: &'a ServiceName,
+    version: &'a Version,
+    params: &'a BTreeMap<String, String>,
+    actor: &'a str,
+    at: jiff::Timestamp,
+}
+
 impl Control {
     /// Records a release (a new service version with its parameter values)
-    /// and makes it the desired version of the service in every channel.
+    /// and makes it the desired version of the service in every channel,
+    /// in one write with the instances' new desired states (see
+    /// [`vergence_model::ports::ReleaseStore::push_release`]).
+    ///
+    /// A process that compiled the config before (the api function keeps
+    /// its control for its container's life) compiles the release with it
+    /// without reading which config is in force: the write is conditional
+    /// on it, and a push refused because another config was applied since,
+    /// or rejected by the config it knew, is tried again on the one in
+    /// force.
     pub async fn push_release(
         &self,
         application: Option<ApplicationName>,
@@ -23,27 +44,77 @@ impl Control {
         params: &BTreeMap<String, String>,
         actor: &str,
     ) -> Result<Release> {
-        let model = self.require_model().await?;
-        let application = match application {
-            Some(app) => app,
+        let asked = Asked {
+            application,
+            service,
+            version,
+            params,
+            actor,
+            at: self.clock.now(),
+        };
+        let mut known = self.last_compiled();
+        let mut refused = None;
+        for _ in 0..MAX_CONFLICT_RETRIES {
+            let trusted = known.take();
+            let model = match &trusted {
+                Some(model) => model.clone(),
+                None => self.require_model().await?,
+            };
+            let (push, keys) = match self.release_push(model.as_ref(), &asked).await {
+                Ok(built) => built,
+                Err(_) if trusted.is_some() => continue,
+                Err(e) => return Err(e),
+            };
+            match self.store.push_release(&push).await {
+                Ok(()) => {
+                    self.wake(&keys).await?;
+                    return Ok(push.release);
+                }
+                Err(conflict @ Error::Conflict { .. }) => {
+                    let why = self.why_refused(&push.release, conflict).await;
+                    if !matches!(why, Error::Conflict { .. }) {
+                        return Err(why);
+                    }
+                    refused = Some(why);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Still refused: what the store said the last time (a version
+        // pushed with other parameters too long ago for `why_refused` to
+        // find says so itself).
+        Err(refused.unwrap_or_else(|| Error::Conflict {
+            what: format!(
+                "service {service} (still changing after {MAX_CONFLICT_RETRIES} attempts)"
+            ),
+        }))
+    }
+
+    /// The release `asked` for, compiled with `model`, with the service's
+    /// instances (read in one request) that take it, and their keys.
+    async fn release_push(
+        &self,
+        model: &dyn CompiledConfig,
+        asked: &Asked<'_>,
+    ) -> Result<(ReleasePush, Vec<InstanceKey>)> {
+        let Asked {
+            service, version, ..
+        } = *asked;
+        let application = match &asked.application {
+            Some(app) => app.clone(),
             None => model.application_of(service)?,
         };
-        let typed = model.release_params(&application, service, params)?;
+        let typed = model.release_params(&application, service, asked.params)?;
         let release = Release {
             application: application.clone(),
             service: service.clone(),
             version: version.clone(),
             config_fingerprint: model.fingerprint(&application, service, &typed)?,
             params: typed,
-            created_at: self.clock.now(),
-            actor: actor.to_owned(),
+            created_at: asked.at,
+            actor: asked.actor.to_owned(),
         };
         let desired = model.compile_service(&application, service, Some(&release))?;
-        if let Err(refused) = self.store.put_release(&release).await {
-            return Err(self.why_refused(&release, refused).await);
-        }
-        // The service's instances in one read, each written on the
-        // condition that it is still as read.
         let filter = InstanceFilter {
             application: Some(application.clone()),
             service: Some(service.clone()),
@@ -56,32 +127,46 @@ impl Control {
             .into_iter()
             .map(|record| (record.key.clone(), record))
             .collect();
-        let mut keys = Vec::new();
+        let now = self.clock.now();
+        let mut instances = Vec::new();
         for (key, state) in desired {
-            let record = read.remove(&key);
-            if self.set_desired(&key, &state, model.hash(), record).await? {
-                keys.push(key);
+            let mut record = read
+                .remove(&key)
+                .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
+            // A pinned instance keeps its version (`vergence unpin` lets it
+            // follow again).
+            if record.controls.pinned.is_none() {
+                record.desired = state;
+                record.config_hash = model.hash().to_owned();
+                ports::changed_now(&mut record, now);
+                instances.push(record);
             }
         }
-        let event = Event {
+        let keys = instances.iter().map(|r| r.key.clone()).collect();
+        let mut events = vec![Event {
             id: String::new(),
             at: release.created_at,
             application: application.clone(),
             service: Some(service.clone()),
             release_channel: None,
-            actor: actor.to_owned().into(),
+            actor: asked.actor.to_owned().into(),
             kind: EventKind::ReleaseCreated {
                 version: version.clone(),
             },
             message: format!("release {version} of {service} pushed"),
-        };
+        }];
         let scope = format!(
             "release-{application}-{service}-{version}-{}",
             release.created_at.as_millisecond()
         );
-        self.append_events(vec![event], &scope).await?;
-        self.wake(&keys).await?;
-        Ok(release)
+        Event::assign_ids(&mut events, &scope);
+        let push = ReleasePush {
+            release,
+            config_hash: model.hash().to_owned(),
+            instances,
+            events,
+        };
+        Ok((push, keys))
     }
 
     /// Why the store refused a release: a version pushed before with other

@@ -84,6 +84,12 @@ impl Control {
         current.as_ref().filter(|m| m.hash() == hash).cloned()
     }
 
+    /// The config this control compiled last, in force or not by now.
+    fn last_compiled(&self) -> Option<Arc<dyn CompiledConfig>> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.clone()
+    }
+
     fn remember(&self, model: &Arc<dyn CompiledConfig>) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(model.clone());
     }

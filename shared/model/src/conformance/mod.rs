@@ -47,6 +47,7 @@ macro_rules! store_conformance_tests {
             a_job_is_claimed_once_and_finished_once,
             a_commit_records_a_job_result_once_with_the_instance,
             releases_are_immutable_versions_and_the_last_pushed_is_latest,
+            a_release_is_pushed_with_its_instances_all_or_nothing,
             approvals_are_listed_per_instance,
             alerts_are_replaced_by_name,
             tokens_are_unique_by_id_and_listed_per_application,

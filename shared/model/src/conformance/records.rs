@@ -174,6 +174,119 @@ pub async fn releases_are_immutable_versions_and_the_last_pushed_is_latest(
     );
 }
 
+fn web_release(version: &str, image: &str) -> Release {
+    Release {
+        application: "shop".parse().expect("n"),
+        service: "web".parse().expect("n"),
+        version: version.parse().expect("version"),
+        params: BTreeMap::from([("image".to_owned(), ParamValue::DockerImage(image.into()))]),
+        config_fingerprint: "f".into(),
+        created_at: t(10),
+        actor: "ci".into(),
+    }
+}
+
+fn web_keys() -> [InstanceKey; 2] {
+    [key("shop", "web", "staging"), key("shop", "web", "prod")]
+}
+
+/// `release` compiled from config `hash` into `instances`, with one event.
+fn release_push(
+    release: Release,
+    hash: &str,
+    instances: &[InstanceRecord],
+    event_id: &str,
+) -> ReleasePush {
+    let mut pushed = event(event_id, &web_keys()[0], t(10));
+    pushed.kind = EventKind::ReleaseCreated {
+        version: release.version.clone(),
+    };
+    let instances = instances
+        .iter()
+        .cloned()
+        .map(|mut r| {
+            r.config_hash = hash.into();
+            r
+        })
+        .collect();
+    ReleasePush {
+        release,
+        config_hash: hash.into(),
+        instances,
+        events: vec![pushed],
+    }
+}
+
+async fn web_instances(store: &dyn StateStore) -> Vec<InstanceRecord> {
+    let mut read = Vec::new();
+    for k in &web_keys() {
+        read.push(store.get_instance(k).await.expect("get").expect("exists"));
+    }
+    read
+}
+
+async fn event_count(store: &dyn StateStore) -> usize {
+    let events = store.list_events(&EventFilter::default()).await;
+    events.expect("events").len()
+}
+
+/// A release pushed with its instances' desired states and its event: all
+/// of it, or (the config moved, an instance changed, the version exists
+/// with other parameters) none of it.
+pub async fn a_release_is_pushed_with_its_instances_all_or_nothing(store: Arc<dyn StateStore>) {
+    let (app, svc): (ApplicationName, ServiceName) =
+        ("shop".parse().expect("n"), "web".parse().expect("n"));
+    store
+        .set_current_config(&pointer("h1", &["staging", "prod"]), None)
+        .await
+        .expect("pointer");
+    for k in &web_keys() {
+        store
+            .commit(put(record(k, None), None))
+            .await
+            .expect("create");
+    }
+    let before = web_instances(store.as_ref()).await;
+
+    // Compiled from a config no longer in force: nothing is written.
+    let stale = release_push(web_release("v1", "r/w:1"), "h0", &before, "e0");
+    assert!(
+        is_conflict(&store.push_release(&stale).await),
+        "config moved"
+    );
+    // One instance changed since it was read: nothing is written.
+    let mut changed = before.clone();
+    changed[1].revision += 1;
+    let racing = release_push(web_release("v1", "r/w:1"), "h1", &changed, "e0");
+    assert!(
+        is_conflict(&store.push_release(&racing).await),
+        "instance moved"
+    );
+    assert_eq!(
+        store.latest_release(&app, &svc).await.expect("latest"),
+        None
+    );
+    assert_eq!(web_instances(store.as_ref()).await, before);
+    assert_eq!(event_count(store.as_ref()).await, 0);
+
+    let pushed = release_push(web_release("v1", "r/w:1"), "h1", &before, "e1");
+    store.push_release(&pushed).await.expect("push");
+    let latest = store.latest_release(&app, &svc).await.expect("latest");
+    assert_eq!(latest.map(|r| r.version), Some("v1".parse().expect("v")));
+    let after = web_instances(store.as_ref()).await;
+    for (was, is) in before.iter().zip(&after) {
+        assert_eq!(is.revision, was.revision + 1, "{}", is.key);
+        assert_eq!(is.config_hash, "h1");
+    }
+    assert_eq!(event_count(store.as_ref()).await, 1);
+
+    // The same version with other parameters: refused, nothing written.
+    let other = release_push(web_release("v1", "r/w:other"), "h1", &after, "e2");
+    assert!(is_conflict(&store.push_release(&other).await), "immutable");
+    assert_eq!(web_instances(store.as_ref()).await, after);
+    assert_eq!(event_count(store.as_ref()).await, 1);
+}
+
 pub async fn a_webhook_signature_is_used_once_until_it_expires(store: Arc<dyn StateStore>) {
     let first = "ab".repeat(32);
     let other = "cd".repeat(32);

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use vergence_model::error::{Error, Result};
-use vergence_model::ports::{self, CompiledConfig, CurrentConfig, InstanceChange, InstanceCommit};
+use vergence_model::ports::{CompiledConfig, CurrentConfig, InstanceChange, InstanceCommit};
 use vergence_model::{
     ApplicationName, Desired, Event, EventKind, InstanceKey, InstanceRecord, InstanceState,
 };
@@ -66,7 +66,7 @@ impl Control {
                     desired,
                     pinned: false,
                 } => {
-                    self.set_desired(&key, &desired, hash, None).await?;
+                    self.set_desired(&key, &desired, hash).await?;
                     report.updated.push(key);
                 }
                 InstanceDiff::Same { .. } => report.unchanged += 1,
@@ -179,9 +179,7 @@ impl Control {
         };
         match self.store.commit(commit).await {
             // Someone added it meanwhile (two pushes racing): update instead.
-            Err(Error::Conflict { .. }) => {
-                self.set_desired(key, desired, hash, None).await.map(|_| ())
-            }
+            Err(Error::Conflict { .. }) => self.set_desired(key, desired, hash).await.map(|_| ()),
             other => other.map(|_| ()),
         }
     }
@@ -194,18 +192,16 @@ impl Control {
         key: &InstanceKey,
         desired: &Desired,
         hash: &str,
-        read: Option<InstanceRecord>,
     ) -> Result<bool> {
-        let store = self.store.as_ref();
-        let record = ports::update_read_instance(store, self.clock.as_ref(), key, read, |record| {
-            if record.controls.pinned.is_none() {
-                record.desired = desired.clone();
-                record.config_hash = hash.to_owned();
-            }
-            Some(Vec::new())
-        })
-        .await?
-        .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
+        let record = self
+            .update_instance(key, |record| {
+                if record.controls.pinned.is_none() {
+                    record.desired = desired.clone();
+                    record.config_hash = hash.to_owned();
+                }
+                Vec::new()
+            })
+            .await?;
         Ok(record.controls.pinned.is_none())
     }
 
