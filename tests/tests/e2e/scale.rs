@@ -39,12 +39,11 @@ const PUSH_FIXED: &[(&str, usize)] = &[
 ];
 
 /// What one instance's convergence costs in the worker, by request: one
-/// step reads the instance, commits the apply job, claims it, runs it
-/// inline and commits CONVERGED with its result.
+/// step reads the instance, commits the apply job claimed, runs it inline
+/// and commits CONVERGED with its result.
 const CONVERGE_PER_INSTANCE: &[(&str, usize)] = &[
     ("DynamoDB.Query", 1),
     ("DynamoDB.TransactWriteItems", 2),
-    ("DynamoDB.UpdateItem", 1),
 ];
 
 /// What one quiet check costs in the worker: one read, one small write
