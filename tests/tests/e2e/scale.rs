@@ -41,10 +41,8 @@ const PUSH_FIXED: &[(&str, usize)] = &[
 /// What one instance's convergence costs in the worker, by request: one
 /// step reads the instance, commits the apply job claimed, runs it inline
 /// and commits CONVERGED with its result.
-const CONVERGE_PER_INSTANCE: &[(&str, usize)] = &[
-    ("DynamoDB.Query", 1),
-    ("DynamoDB.TransactWriteItems", 2),
-];
+const CONVERGE_PER_INSTANCE: &[(&str, usize)] =
+    &[("DynamoDB.Query", 1), ("DynamoDB.TransactWriteItems", 2)];
 
 /// What one quiet check costs in the worker: one read, one small write
 /// (the next check goes out with the batch's, counted apart).

@@ -540,17 +540,15 @@ async fn release_costs(
     })
     .await;
 
+    // What `vergence release` asks the api function for.
+    let release = async |control: &vergence_engine::control::Control, version: &str| {
+        let (service, version) = ("api".parse().unwrap(), version.parse().unwrap());
+        let params = BTreeMap::new();
+        let pushed = control.push_release(None, &service, &version, &params, "ci");
+        pushed.await.unwrap();
+    };
     counter.reset();
-    control
-        .push_release(
-            None,
-            &"api".parse().unwrap(),
-            &"v2".parse().unwrap(),
-            &BTreeMap::new(),
-            "ci",
-        )
-        .await
-        .unwrap();
+    release(&control, "v2").await;
     let push = counter.snapshot();
     counter.reset();
     h.deliver_until_idle(&worker).await;
@@ -565,16 +563,7 @@ async fn release_costs(
     }
     // A push from a container that has compiled nothing yet.
     counter.reset();
-    h.control()
-        .push_release(
-            None,
-            &"api".parse().unwrap(),
-            &"v3".parse().unwrap(),
-            &BTreeMap::new(),
-            "ci",
-        )
-        .await
-        .unwrap();
+    release(&h.control(), "v3").await;
     (push, steps, counter.snapshot())
 }
 

@@ -71,7 +71,6 @@ fn instance_item(record: &InstanceRecord, revision: u64) -> std::result::Result<
     let instance = &record.key;
     let mut stored = record.clone();
     stored.revision = revision;
-    stored.quiet_checks = 0;
     let mut item = key(instance_pk(&instance.application), instance_sk(instance));
     item.insert(REVISION.to_owned(), n(revision));
     let body = inline_body("commit", || format!("instance {instance}"), &stored)?;

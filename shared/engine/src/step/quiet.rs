@@ -56,8 +56,13 @@ impl QuietChecks {
         let at = record.next_check_at?;
         let carried = record.state.status == Status::Converged
             && record.state.in_flight.is_none()
-            && at.duration_since(now) <= self.longest_delay;
+            && self.carries(at, now);
         carried.then(|| at.saturating_add(self.watchdog).unwrap_or(at))
+    }
+
+    /// Whether the queue can carry a check due `at` (sent `now`).
+    fn carries(&self, at: Timestamp, now: Timestamp) -> bool {
+        at.duration_since(now) <= self.longest_delay
     }
 }
 
@@ -133,8 +138,7 @@ impl Engine {
         // A next check further out than the queue carries is the due
         // index's to find, so the index moves with every such check: the
         // whole instance is written (still one write, no job record).
-        let carried = check.next_check_at.duration_since(now) <= quiet.longest_delay;
-        let watched = carried
+        let watched = quiet.carries(check.next_check_at, now)
             && record
                 .watchdog_at
                 .is_some_and(|watchdog| watchdog > check.next_check_at);
