@@ -440,7 +440,7 @@ fn commit_group(conn: &Mutex<Connection>, group: Vec<Box<dyn GroupedWrite>>) -> 
             write.refuse(e);
             continue;
         }
-        if !alone && let Err(e) = tx.execute_batch("SAVEPOINT w") {
+        if !alone && let Err(e) = run_cached(&tx, &["SAVEPOINT w"]) {
             write.refuse(&e);
             broken = Some(e);
             continue;
@@ -459,11 +459,14 @@ fn commit_group(conn: &Mutex<Connection>, group: Vec<Box<dyn GroupedWrite>>) -> 
         replies.push(reply);
         if alone {
             rolled_back = failed;
-        } else if let Err(e) = tx.execute_batch(if failed {
-            "ROLLBACK TO w; RELEASE w"
-        } else {
-            "RELEASE w"
-        }) {
+        } else if let Err(e) = run_cached(
+            &tx,
+            if failed {
+                &["ROLLBACK TO w", "RELEASE w"]
+            } else {
+                &["RELEASE w"]
+            },
+        ) {
             broken = Some(e);
         }
     }
@@ -621,4 +624,14 @@ fn millis(at: Timestamp) -> i64 {
 
 fn conflict(what: impl Into<String>) -> EmbeddedError {
     EmbeddedError::Conflict { what: what.into() }
+}
+
+/// Runs `statements` through the connection's statement cache: a group
+/// commit runs its savepoints for every write, and parsing them each time
+/// was a visible part of a local run's time (docs/performance.md).
+fn run_cached(tx: &Transaction<'_>, statements: &[&str]) -> rusqlite::Result<()> {
+    for statement in statements {
+        tx.prepare_cached(statement)?.execute([])?;
+    }
+    Ok(())
 }
