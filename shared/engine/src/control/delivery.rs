@@ -13,6 +13,7 @@ use vergence_model::{
 };
 
 use super::Control;
+use super::config::apply::follow;
 
 /// A release as asked for.
 struct Asked<'a> {
@@ -133,11 +134,7 @@ impl Control {
             let mut record = read
                 .remove(&key)
                 .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
-            // A pinned instance keeps its version (`vergence unpin` lets it
-            // follow again).
-            if record.controls.pinned.is_none() {
-                record.desired = state;
-                record.config_hash = model.hash().to_owned();
+            if follow(&mut record, &state, model.hash()) {
                 ports::changed_now(&mut record, now);
                 instances.push(record);
             }

@@ -195,10 +195,7 @@ impl Control {
     ) -> Result<bool> {
         let record = self
             .update_instance(key, |record| {
-                if record.controls.pinned.is_none() {
-                    record.desired = desired.clone();
-                    record.config_hash = hash.to_owned();
-                }
+                follow(record, desired, hash);
                 Vec::new()
             })
             .await?;
@@ -240,4 +237,20 @@ impl Control {
             what: format!("instance {key}"),
         })
     }
+}
+
+/// Gives `record` the `desired` state compiled from config `hash`, unless
+/// it is pinned (a pinned instance keeps its version; `vergence unpin` lets
+/// it follow again). Returns whether it was given.
+pub(in crate::control) fn follow(
+    record: &mut InstanceRecord,
+    desired: &Desired,
+    hash: &str,
+) -> bool {
+    let follows = record.controls.pinned.is_none();
+    if follows {
+        record.desired = desired.clone();
+        record.config_hash = hash.to_owned();
+    }
+    follows
 }

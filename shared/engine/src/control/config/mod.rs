@@ -14,7 +14,7 @@ use vergence_model::{Desired, InstanceKey, InstanceRecord, Release};
 
 use super::{Control, policy};
 
-mod apply;
+pub(super) mod apply;
 mod parts;
 mod plan;
 mod push;
