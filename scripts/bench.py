@@ -436,19 +436,28 @@ PRICES = {
     "logs_per_gb_ingested": 0.50,
     # API Gateway HTTP API, first 300 million requests a month.
     "http_api_per_million_requests": 1.00,
+    # X-Ray traces recorded (`Tracing=Active`).
+    "xray_per_million_traces": 5.00,
 }
 # What the model assumes besides the measured counts (docs/cost.md says why).
 HOURS_PER_MONTH = 730  # AWS's pricing calculator's month
 SQS_MAX_DELAY_SECONDS = 900  # later checks are found by the scheduler
 # Lambda's own lines per invocation (START, END, REPORT, and the X-Ray
-# trace line with `Tracing: Active`), in bytes.
+# trace line with `Tracing: Active`), in bytes; none for a function whose
+# LoggingConfig has `SystemLogLevel: WARN`.
 LAMBDA_PLATFORM_LOG_BYTES = 350
+# Lambda's X-Ray sampling with `Tracing: Active`: the first invocation
+# each second and 5% of the others.
+XRAY_RESERVOIR_PER_SECOND = 1
+XRAY_RATE = 0.05
 # The SQS event source mapping's pollers long-poll an idle queue: 5 of
 # them, one 20 s ReceiveMessage each at a time.
 ESM_IDLE_POLLERS = 5
 ESM_RECEIVE_WAIT_SECONDS = 20
 # An agent's poll before this round wrote the agent's record each time.
 OLD_AGENT_POLL_WRITE_UNITS = 1.0
+# ... and read it (an api container now remembers it).
+OLD_AGENT_POLL_RECORD_READ_UNITS = 1.0
 OLD_AGENT_POLL_WAIT_SECONDS = 20
 AGENT_POLL_INTERVAL_SECONDS = 2  # vergence-agent's --poll-interval-seconds
 AGENT_RECORD_WRITTEN_EVERY_SECONDS = 30  # runtimes/kubernetes/src/desk.rs
@@ -465,8 +474,18 @@ def template_settings() -> dict:
         found = block and re.search(r"^      MemorySize: (\d+)", block[1], re.M)
         return int(found[1]) if found else default_mb
 
+    def platform_log_bytes(name: str) -> int:
+        block = re.search(rf"^  {name}:\n(.*?)(?=^  \S)", text, re.S | re.M)
+        quiet = block and re.search(r"^        SystemLogLevel: (WARN|ERROR|FATAL)", block[1], re.M)
+        return 0 if quiet else LAMBDA_PLATFORM_LOG_BYTES
+
     rate = re.search(r"ScheduleExpression: rate\((\d+) minutes?\)", text)
+    tracing = re.search(r"^  Tracing:\n(?:    .*\n)*?    Default: (\w+)", text, re.M)
     return {
+        "tracing": tracing[1],
+        "api_platform_log_bytes": platform_log_bytes("ApiFunction"),
+        "worker_platform_log_bytes": platform_log_bytes("WorkerFunction"),
+        "scheduler_platform_log_bytes": platform_log_bytes("SchedulerFunction"),
         "worker_mb": function_mb("WorkerFunction"),
         "scheduler_mb": function_mb("SchedulerFunction"),
         "api_mb": function_mb("ApiFunction"),
@@ -479,6 +498,12 @@ def lambda_cost(ms: float, mb: int) -> float:
     """Duration and request of one invocation of `ms` milliseconds."""
     billed = math.ceil(ms) / 1000 * mb / 1024
     return billed * PRICES["lambda_per_gb_second"] + PRICES["lambda_per_million_requests"] / 1e6
+
+
+def xray_traces(invocations_per_second: float) -> float:
+    """Traces Lambda's active tracing records a second at this rate."""
+    first = min(invocations_per_second, XRAY_RESERVOIR_PER_SECOND)
+    return first + XRAY_RATE * max(0.0, invocations_per_second - XRAY_RESERVOIR_PER_SECOND)
 
 
 def cost_model(bench: dict) -> dict:
@@ -507,7 +532,7 @@ def cost_model(bench: dict) -> dict:
             "lambda": (num(name, "ms") / num(name, "invocations")) / 1000 * t["worker_mb"] / 1024
             * PRICES["lambda_per_gb_second"]
             + PRICES["lambda_per_million_requests"] / m / t["batch"],
-            "logs": (num("cost_check_logs", "log_bytes") + LAMBDA_PLATFORM_LOG_BYTES / t["batch"])
+            "logs": (num("cost_check_logs", "log_bytes") + t["worker_platform_log_bytes"] / t["batch"])
             / 1e9 * PRICES["logs_per_gb_ingested"],
         }
 
@@ -529,7 +554,7 @@ def cost_model(bench: dict) -> dict:
             PRICES["scheduler_per_million_invocations"] / m
             + lambda_cost(scheduler_ms, t["scheduler_mb"])
             + num("cost_scheduler_idle", "rru") * PRICES["dynamodb_per_million_read_units"] / m
-            + LAMBDA_PLATFORM_LOG_BYTES / 1e9 * PRICES["logs_per_gb_ingested"]
+            + t["scheduler_platform_log_bytes"] / 1e9 * PRICES["logs_per_gb_ingested"]
         ),
         "queue polling": ESM_IDLE_POLLERS * month_seconds / ESM_RECEIVE_WAIT_SECONDS
         * PRICES["sqs_per_million_requests"] / m,
@@ -540,7 +565,19 @@ def cost_model(bench: dict) -> dict:
         "late_check_sqs": late_check_sqs,
         "fixed": fixed,
         "month_seconds": month_seconds,
+        "batch": t["batch"],
+        "tracing": t["tracing"],
+        "ticks": ticks,
     }
+
+
+def xray_monthly(model: dict, instances: int, interval_minutes: int) -> float:
+    """What `Tracing=Active` would add: the worker's invocations (a batch
+    of checks each) and the scheduler's ticks, sampled."""
+    seconds = model["month_seconds"]
+    worker_rate = instances / (interval_minutes * 60) / model["batch"]
+    traces = xray_traces(worker_rate) * seconds + model["ticks"]
+    return traces * PRICES["xray_per_million_traces"] / 1e6
 
 
 def monthly(model: dict, instances: int, interval_minutes: int) -> float:
@@ -551,13 +588,15 @@ def monthly(model: dict, instances: int, interval_minutes: int) -> float:
     else:
         # One check an hour is a rearm instead of a quiet one.
         per_check = quiet + (rearm - quiet) * min(1.0, interval_minutes / 60)
-    return checks * per_check + sum(model["fixed"].values())
+    xray = xray_monthly(model, instances, interval_minutes) if model["tracing"] == "Active" else 0.0
+    return checks * per_check + sum(model["fixed"].values()) + xray
 
 
 def agent_costs(bench: dict) -> dict:
-    """One idle vergence-agent a month: before (20 s holds) and now (a poll
-    every 2 s answered at once), through the template's HTTP API and
-    without it (a Lambda function URL)."""
+    """One idle vergence-agent a month: before (20 s holds through the HTTP
+    API), and now (a poll every 2 s answered at once) through the HTTP API
+    and through the api function's URL (the `AgentUrl` output, which
+    vergence-agent is pointed at)."""
     t = template_settings()
     m = 1e6
     poll = bench["cost_agent_poll"]
@@ -567,25 +606,33 @@ def agent_costs(bench: dict) -> dict:
     per_look = (float(held["rru"]) - rru) / (looks - 1)
     month = HOURS_PER_MONTH * 3600
 
-    def per_month(polls: float, ms: float, rru: float, wru: float, gateway: bool) -> float:
+    def per_month(polls: float, ms: float, rru: float, wru: float, gateway: bool, platform: int) -> float:
         each = (
             lambda_cost(ms, t["api_mb"])
             + rru * PRICES["dynamodb_per_million_read_units"] / m
             + wru * PRICES["dynamodb_per_million_write_units"] / m
-            + (log + LAMBDA_PLATFORM_LOG_BYTES) / 1e9 * PRICES["logs_per_gb_ingested"]
+            + (log + platform) / 1e9 * PRICES["logs_per_gb_ingested"]
             + (PRICES["http_api_per_million_requests"] / m if gateway else 0)
         )
-        return polls * each
+        rate = polls / month
+        traced = xray_traces(rate) / rate if t["tracing"] == "Active" else 0.0
+        return polls * (each + traced * PRICES["xray_per_million_traces"] / m)
 
     old_wait = OLD_AGENT_POLL_WAIT_SECONDS
     old = per_month(
-        month / old_wait, old_wait * 1000 + ms, rru + (old_wait - 1) * per_look, OLD_AGENT_POLL_WRITE_UNITS, True
+        month / old_wait,
+        old_wait * 1000 + ms,
+        rru + OLD_AGENT_POLL_RECORD_READ_UNITS + (old_wait - 1) * per_look,
+        OLD_AGENT_POLL_WRITE_UNITS,
+        True,
+        LAMBDA_PLATFORM_LOG_BYTES,
     )
     interval = AGENT_POLL_INTERVAL_SECONDS
     writes = interval / AGENT_RECORD_WRITTEN_EVERY_SECONDS
-    new = per_month(month / interval, ms, rru, writes, True)
-    direct = per_month(month / interval, ms, rru, writes, False)
-    return {"old": old, "new": new, "direct": direct, "polls": month / interval}
+    platform = t["api_platform_log_bytes"]
+    gateway = per_month(month / interval, ms, rru, writes, True, platform)
+    direct = per_month(month / interval, ms, rru, writes, False, platform)
+    return {"old": old, "gateway": gateway, "direct": direct, "polls": month / interval}
 
 
 SERVICES = [100, 1000, 10000]
@@ -623,15 +670,25 @@ def cost_rows(ctx: "Context") -> list[Row]:
             None,
         )
     )
+    if model["tracing"] != "Active":
+        rows.append(
+            Row(
+                "X-Ray with Tracing=Active (the template's default is PassThrough), 1,000 services x "
+                f"{CHANNELS} channels, $/month",
+                ", ".join(f"{i} min +${xray_monthly(model, 1000 * CHANNELS, i):,.2f}" for i in INTERVALS),
+                "(no target)",
+                None,
+            )
+        )
     agent = agent_costs(bench)
     rows.append(
         Row(
             "one idle vergence-agent, $/month",
             f"before (20 s held polls) ${agent['old']:.2f}; now (a poll every {AGENT_POLL_INTERVAL_SECONDS} s, "
-            f"answered at once) ${agent['new']:.2f} through the HTTP API, ${agent['direct']:.2f} without "
-            f"API Gateway's $1/M requests",
+            f"answered at once) ${agent['direct']:.2f} through the api function's URL (AgentUrl), "
+            f"${agent['gateway']:.2f} through the HTTP API",
             "<= $1",
-            None if ctx.smoke else agent["new"] <= 1,
+            None if ctx.smoke else agent["direct"] <= 1,
         )
     )
     return rows

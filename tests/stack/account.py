@@ -188,6 +188,7 @@ OwnershipControls and LifecycleConfiguration.
 API calls (moto's CloudFormation does not implement them):
 AWS::S3::BucketPolicy (PutBucketPolicy), AWS::SQS::QueuePolicy
 (SetQueueAttributes Policy), AWS::CloudWatch::Alarm (PutMetricAlarm),
+AWS::Lambda::Url (CreateFunctionUrlConfig; the harness serves the URL),
 AWS::ApiGatewayV2::Api (CreateApi + one CreateIntegration/CreateRoute per
 OpenAPI path and method of its Body, as CloudFormation's import does),
 AWS::ApiGatewayV2::Stage (CreateStage), AWS::Scheduler::Schedule
@@ -763,6 +764,10 @@ def build(acct: Account, template: str, out: str, stack_name: str, params: dict[
                 entry["name"] = dep.value(lid, "QueueName")
             if res["Type"] == "AWS::ApiGatewayV2::Api":
                 entry["apiEndpoint"] = dep.value(lid, "ApiEndpoint")
+            if res["Type"] == "AWS::Lambda::Url":
+                entry["url"] = dep.value(lid, "FunctionUrl")
+                entry["targetArn"] = dep.value(lid, "FunctionArn")
+                entry["authType"] = res["Properties"].get("AuthType")
         resources[lid] = entry
 
     functions: dict[str, Any] = {}

@@ -484,6 +484,19 @@ class Account(unittest.TestCase):
         self.assertEqual(STACK["outputs"]["ApiUrl"], f"https://{api_id}.execute-api.us-east-1.amazonaws.com")
         self.assertEqual(fn("scheduler")["environment"]["VERGENCE_PUBLIC_URL"], STACK["outputs"]["ApiUrl"])
 
+    def test_function_url(self) -> None:
+        """The api function's URL (vergence-agent polls there): public, so
+        the API authenticates every request itself; and invocable only
+        through the URL, with both actions AWS requires since October 2025."""
+        url = STACK["resources"]["ApiFunctionUrl"]
+        self.assertEqual((url["type"], url["authType"], url["targetArn"]), ("AWS::Lambda::Url", "NONE", fn("api")["arn"]))
+        self.assertRegex(STACK["outputs"]["AgentUrl"], r"^https://[0-9a-f]{32}\.lambda-url\.us-east-1\.on\.aws/$")
+        self.assertEqual(STACK["outputs"]["AgentUrl"], url["url"])
+        assert ACCT is not None
+        policy = json.loads(ACCT.client("lambda").get_policy(FunctionName=fn("api")["name"])["Policy"])
+        public = {s["Action"]: s.get("Condition") for s in policy["Statement"] if s.get("Principal") in ("*", {"AWS": "*"})}
+        self.assertEqual(set(public), {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}, policy)
+
     def test_admin_cannot_assume_function_roles(self) -> None:
         self.assertEqual(status(admin("sts").assume_role, RoleArn=fn("worker")["role"]["arn"], RoleSessionName="admin-session"), 403)
         self.assertEqual(last_decisions(1)[0]["policy"], "trust-policy")

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
@@ -47,6 +47,12 @@ pub struct AgentJobs {
     results: Arc<dyn JobResultSink>,
     queue: Arc<dyn WorkQueue>,
     clock: Arc<dyn Clock>,
+    /// The record of each agent as this desk last read or wrote it. A
+    /// poll that finds it fresh here neither reads nor writes the store:
+    /// an api container serves an agent's polls one after another, and
+    /// reading the record every 2 s was a third of an idle agent's reads
+    /// (docs/cost.md). Another container reads it once, then keeps it.
+    seen: Mutex<BTreeMap<AgentName, AgentState>>,
 }
 
 impl fmt::Debug for AgentJobs {
@@ -71,7 +77,28 @@ impl AgentJobs {
             results,
             queue,
             clock,
+            seen: Mutex::default(),
         }
+    }
+
+    /// What this desk last knew of `agent`'s record, if it is recent
+    /// enough that the poll need not write it again.
+    fn fresh(&self, agent: &AgentName, poll: &PollRequest, now: Timestamp) -> Option<AgentState> {
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.get(agent)
+            .filter(|state| seen_lately(state, poll, now))
+            .cloned()
+    }
+
+    fn remember(&self, state: AgentState) {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.insert(state.name.clone(), state);
     }
 
     /// Steps the blocked instances now: some waited for this agent, which
@@ -370,30 +397,39 @@ fn after(now: Timestamp, by: SignedDuration) -> Timestamp {
     now.checked_add(by).unwrap_or(now)
 }
 
+/// Whether `state`, the agent's record, was written recently enough, and
+/// says what the agent says of itself now: the poll then writes nothing.
+fn seen_lately(state: &AgentState, poll: &PollRequest, now: Timestamp) -> bool {
+    state.last_seen <= now
+        && now.duration_since(state.last_seen) < SEEN_WRITTEN_EVERY
+        && state.version == poll.version
+        && state.namespace == poll.namespace
+        && state.cluster == poll.cluster
+}
+
 #[async_trait]
 impl AgentDesk for AgentJobs {
     #[instrument(name = "agent.check_in", skip_all, fields(agent = %agent, running = poll.running.len()))]
     async fn check_in(&self, agent: &AgentName, poll: &PollRequest) -> vergence_model::Result<()> {
         let now = self.clock.now();
-        let known = self.store.get_agent(agent).await?;
+        let known = match self.fresh(agent, poll, now) {
+            Some(state) => Some(state),
+            None => self.store.get_agent(agent).await?,
+        };
         let was_alive = known.as_ref().is_some_and(|state| state.is_alive(now));
-        let seen_lately = known.as_ref().is_some_and(|state| {
-            state.last_seen <= now
-                && now.duration_since(state.last_seen) < SEEN_WRITTEN_EVERY
-                && state.version == poll.version
-                && state.namespace == poll.namespace
-                && state.cluster == poll.cluster
-        });
-        if !seen_lately {
-            self.store
-                .touch_agent(&AgentState {
+        match known {
+            Some(state) if seen_lately(&state, poll, now) => self.remember(state),
+            _ => {
+                let state = AgentState {
                     name: agent.clone(),
                     last_seen: now,
                     version: poll.version.clone(),
                     namespace: poll.namespace.clone(),
                     cluster: poll.cluster.clone(),
-                })
-                .await?;
+                };
+                self.store.touch_agent(&state).await?;
+                self.remember(state);
+            }
         }
         let running: Vec<String> = poll.running.iter().map(AgentWork::run_id).collect();
         self.store

@@ -111,6 +111,9 @@ pub struct Resource {
     pub arn: Option<String>,
     #[serde(default)]
     pub url: Option<String>,
+    /// A function URL's function.
+    #[serde(default)]
+    pub target_arn: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

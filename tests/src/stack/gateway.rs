@@ -1,8 +1,10 @@
-//! API Gateway's HTTP API in front of the api function, as the template
-//! configures it: its routes (`ANY /{proxy+}`, `GET /`), requests handed
-//! to the function as payload format 2.0 events, the function's answer
-//! turned back into an HTTP response, and the integration's 30-second
-//! limit. The CLI, vergence-agent and CI reach the deployment here.
+//! The two fronts of the api function, as the template configures them:
+//! API Gateway's HTTP API (its routes, `ANY /{proxy+}` and `GET /`, and
+//! the integration's 30-second limit), where the CLI and CI reach the
+//! deployment; and the function's own URL (every path, the function's
+//! timeout), where vergence-agent polls. Both hand requests to the
+//! function as payload format 2.0 events and turn its answer back into
+//! an HTTP response.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +21,8 @@ use super::super::lambda::{LambdaFunction, Outcome};
 
 /// API Gateway's payload limit for HTTP APIs.
 const MAX_BODY: usize = 10 * 1024 * 1024;
+/// A function URL's request payload limit.
+const MAX_URL_BODY: usize = 6 * 1024 * 1024;
 /// How long API Gateway waits for an integration.
 const INTEGRATION_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,14 +56,27 @@ impl Route {
     }
 }
 
-struct Shared {
-    api: Arc<LambdaFunction>,
-    routes: Vec<Route>,
-    account: String,
-    api_id: String,
+/// Which front a request came through: what its event says and what
+/// limits apply.
+enum Front {
+    HttpApi {
+        routes: Vec<Route>,
+        account: String,
+    },
+    /// The function URL, with the function's timeout.
+    FunctionUrl {
+        timeout: Duration,
+    },
 }
 
-/// The HTTP API on 127.0.0.1; stops when dropped.
+struct Shared {
+    api: Arc<LambdaFunction>,
+    front: Front,
+    /// The HTTP API's id, or the function URL's host prefix.
+    id: String,
+}
+
+/// A front on 127.0.0.1; stops when dropped.
 #[derive(Debug)]
 pub struct Gateway {
     pub url: String,
@@ -67,15 +84,40 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The HTTP API with the template's `routes`.
     pub async fn start(api: Arc<LambdaFunction>, routes: Vec<Route>, account: &str) -> Self {
-        let shared = Arc::new(Shared {
-            api,
+        let front = Front::HttpApi {
             routes,
             account: account.to_owned(),
-            api_id: "vergence0".to_owned(),
+        };
+        Self::serve(api, front, "vergence0", "").await
+    }
+
+    /// The function URL of the template's `AWS::Lambda::Url`, whose
+    /// address (`https://<id>.lambda-url.<region>.on.aws/`) names the id
+    /// its events carry. Its URL ends with a slash, as AWS's does.
+    pub async fn function_url(
+        api: Arc<LambdaFunction>,
+        deployed_url: &str,
+        timeout: Duration,
+    ) -> Self {
+        let id = deployed_url
+            .trim_start_matches("https://")
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Self::serve(api, Front::FunctionUrl { timeout }, &id, "/").await
+    }
+
+    async fn serve(api: Arc<LambdaFunction>, front: Front, id: &str, suffix: &str) -> Self {
+        let shared = Arc::new(Shared {
+            api,
+            front,
+            id: id.to_owned(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("http://{}{suffix}", listener.local_addr().unwrap());
         let app = Router::new().fallback(forward).with_state(shared);
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -98,14 +140,21 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let method = parts.method.as_str().to_owned();
-    let Some((route, path_parameters)) = shared
-        .routes
-        .iter()
-        .find_map(|r| r.matches(&method, &path).map(|p| (r, p)))
-    else {
-        return message(StatusCode::NOT_FOUND, "Not Found");
+    let (route_key, path_parameters, max_body, timeout) = match &shared.front {
+        Front::HttpApi { routes, .. } => {
+            let Some((route, parameters)) = routes
+                .iter()
+                .find_map(|r| r.matches(&method, &path).map(|p| (r, p)))
+            else {
+                return message(StatusCode::NOT_FOUND, "Not Found");
+            };
+            (route.key(), parameters, MAX_BODY, INTEGRATION_TIMEOUT)
+        }
+        Front::FunctionUrl { timeout } => {
+            ("$default".to_owned(), Map::new(), MAX_URL_BODY, *timeout)
+        }
     };
-    let Ok(body) = to_bytes(body, MAX_BODY).await else {
+    let Ok(body) = to_bytes(body, max_body).await else {
         return message(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large");
     };
     let mut headers = Map::new();
@@ -152,17 +201,28 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         .get("user-agent")
         .cloned()
         .unwrap_or(Value::String(String::new()));
+    // A function URL's caller is anonymous: there is no account in front.
+    let (account, domain) = match &shared.front {
+        Front::HttpApi { account, .. } => (
+            account.as_str(),
+            format!("{}.execute-api.us-east-1.amazonaws.com", shared.id),
+        ),
+        Front::FunctionUrl { .. } => (
+            "anonymous",
+            format!("{}.lambda-url.us-east-1.on.aws", shared.id),
+        ),
+    };
     let mut event = json!({
         "version": "2.0",
-        "routeKey": route.key(),
+        "routeKey": route_key,
         "rawPath": path,
         "rawQueryString": raw_query,
         "headers": headers,
         "requestContext": {
-            "accountId": shared.account,
-            "apiId": shared.api_id,
-            "domainName": format!("{}.execute-api.us-east-1.amazonaws.com", shared.api_id),
-            "domainPrefix": shared.api_id,
+            "accountId": account,
+            "apiId": shared.id,
+            "domainName": domain,
+            "domainPrefix": shared.id,
             "http": {
                 "method": method,
                 "path": path,
@@ -171,7 +231,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
                 "userAgent": user_agent,
             },
             "requestId": format!("{:016x}", fastrand::u64(..)),
-            "routeKey": route.key(),
+            "routeKey": route_key,
             "stage": "$default",
             "time": "27/Nov/2026:12:00:00 +0000",
             "timeEpoch": now.as_millis() as u64,
@@ -190,7 +250,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     if !cookies.is_empty() {
         event["cookies"] = Value::Array(cookies);
     }
-    let outcome = tokio::time::timeout(INTEGRATION_TIMEOUT, shared.api.invoke(&event)).await;
+    let outcome = tokio::time::timeout(timeout, shared.api.invoke(&event)).await;
     match outcome {
         Ok(Outcome::Response(body)) => respond(&body),
         Ok(Outcome::Error(_)) => {

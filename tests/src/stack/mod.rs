@@ -3,7 +3,8 @@
 //! `scheduler` and `worker` binaries each behind a Lambda runtime API with
 //! only its own role's credentials and the environment the template gives
 //! it, API Gateway's HTTP API in front of the api function ([`gateway`]),
-//! the worker's SQS event source mapping ([`mapping`]), and the schedule's
+//! and the api function's own URL (vergence-agent's front), the worker's
+//! SQS event source mapping ([`mapping`]), and the schedule's
 //! ticks. The `vergence` CLI reaches it with `--endpoint`, as an operator
 //! or a CI job would.
 
@@ -38,6 +39,8 @@ pub struct Stack {
     pub scheduler: Arc<LambdaFunction>,
     pub worker: Arc<LambdaFunction>,
     pub gateway: Gateway,
+    /// The api function's URL (the `AgentUrl` output).
+    pub function_url: Gateway,
     pub mapping: EventSourceMapping,
     /// The seeded jobs function (`vergence-wrapper` behind `cargo lambda
     /// watch`), which the account hands authorized invocations to.
@@ -87,6 +90,19 @@ impl Stack {
             })
             .collect();
         let gateway = Gateway::start(api.clone(), routes, &contract.account).await;
+        let api_arn = &contract.function("api").arn;
+        let deployed_url = contract
+            .resources
+            .values()
+            .find(|r| r.kind == "AWS::Lambda::Url" && r.target_arn.as_ref() == Some(api_arn))
+            .and_then(|r| r.url.clone())
+            .expect("the api function's URL");
+        let function_url = Gateway::function_url(
+            api.clone(),
+            &deployed_url,
+            Duration::from_secs(contract.function("api").timeout_seconds),
+        )
+        .await;
         let sqs_event = contract
             .function("worker")
             .events
@@ -112,6 +128,7 @@ impl Stack {
             scheduler,
             worker,
             gateway,
+            function_url,
             mapping,
             jobs_function,
             jobs_dir,
@@ -134,8 +151,13 @@ impl Stack {
     /// `vergence ARGS` against the stack's API (`--endpoint`), as an
     /// operator's terminal or a CI job runs it, in `dir`.
     pub fn vergence(&self, dir: &Path, token: &str, args: &[&str]) -> Output {
+        self.vergence_at(&self.gateway.url, dir, token, args)
+    }
+
+    /// `vergence ARGS` against one of the stack's fronts, `endpoint`.
+    pub fn vergence_at(&self, endpoint: &str, dir: &Path, token: &str, args: &[&str]) -> Output {
         Command::new(workspace_binary("vergence"))
-            .args(["--endpoint", &self.gateway.url])
+            .args(["--endpoint", endpoint])
             .args(args)
             .current_dir(dir)
             .env("VERGENCE_TOKEN", token)

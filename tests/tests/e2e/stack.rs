@@ -598,15 +598,15 @@ service:
 }
 
 /// The real vergence-agent in a (fake) cluster, polling the deployment
-/// through API Gateway with its agent token; stopped when dropped.
+/// through the api function's URL (the `AgentUrl` output) with its agent
+/// token and its default polling; stopped when dropped.
 struct Agent(std::process::Child);
 
 impl Agent {
     fn start(stack: &Stack, kubeconfig: &Path, token: &str) -> Self {
         let child =
             std::process::Command::new(vergence_testkit::workspace_binary("vergence-agent"))
-                .args(["--api-url", &stack.gateway.url, "--agent", "prod-eu"])
-                .args(["--poll-wait-seconds", "2"])
+                .args(["--api-url", &stack.function_url.url, "--agent", "prod-eu"])
                 .env("VERGENCE_AGENT_TOKEN", token)
                 .env("KUBECONFIG", kubeconfig)
                 .env_remove("KUBERNETES_SERVICE_HOST")
@@ -625,8 +625,23 @@ impl Drop for Agent {
     }
 }
 
-/// The real vergence-agent polls the api function through API Gateway
-/// and runs the job as a Kubernetes Job in its (fake) cluster.
+/// A poll through the function URL with `token`: its status and answer.
+async fn poll_through_the_function_url(stack: &Stack, token: Option<&str>) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}v1/agents/prod-eu/poll", stack.function_url.url))
+        .json(&serde_json::json!({"version": "0.0.0-test", "namespace": "default"}));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The real vergence-agent polls the api function through its URL and
+/// runs the job as a Kubernetes Job in its (fake) cluster. The URL is
+/// public: the API itself refuses a poll without the agent's token, and
+/// the refused polls record nothing.
 async fn agent_through_the_api_function(stack: &Stack) {
     let cluster = vergence_fake_kube::FakeCluster::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -677,6 +692,23 @@ service:
             &["configs", "push", ".", "--app", "batch"],
         ),
         "configs push",
+    );
+    let (status, answer) = poll_through_the_function_url(stack, None).await;
+    assert_eq!(status, 401, "{answer}");
+    let (status, answer) = poll_through_the_function_url(stack, Some(&token)).await;
+    assert_eq!(status, 403, "an application token cannot poll: {answer}");
+    // Every route is served at the function URL, the CLI's too.
+    let through_url = stack.vergence_at(
+        &stack.function_url.url,
+        dir.path(),
+        &token,
+        &["status", "--app", "batch", "--output", "json"],
+    );
+    let json: Value = serde_json::from_str(&succeeded(&through_url, "status")).unwrap();
+    assert_eq!(
+        json["agents"],
+        serde_json::json!([]),
+        "a refused poll records no agent: {json}"
     );
     let _agent = Agent::start(stack, &kubeconfig, &agent_token);
     let started = Instant::now();
