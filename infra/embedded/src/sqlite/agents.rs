@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use vergence_model::ports::AgentStore;
 use vergence_model::{AgentName, AgentState, AgentWork};
 
-use super::{Result, SqliteStore, from_json, millis, to_json};
+use super::{Result, SqliteStore, cached_execute, cached_query_row, from_json, millis, to_json};
 use crate::error::EmbeddedError;
 
 /// Rewrites an item's lease columns and body.
@@ -18,7 +18,8 @@ fn store_lease(
     operation: &'static str,
     work: &AgentWork,
 ) -> std::result::Result<(), EmbeddedError> {
-    tx.execute(
+    cached_execute(
+        tx,
         "UPDATE agent_work SET leased_until = ?3, body = ?4 WHERE agent = ?1 AND id = ?2",
         params![
             work.agent.as_str(),
@@ -37,14 +38,14 @@ fn read_work(
     agent: &AgentName,
     id: &str,
 ) -> std::result::Result<Option<AgentWork>, EmbeddedError> {
-    let body: Option<String> = tx
-        .query_row(
-            "SELECT body FROM agent_work WHERE agent = ?1 AND id = ?2",
-            params![agent.as_str(), id],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let body: Option<String> = cached_query_row(
+        tx,
+        "SELECT body FROM agent_work WHERE agent = ?1 AND id = ?2",
+        params![agent.as_str(), id],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
     body.map(|b| from_json(operation, &b)).transpose()
 }
 
@@ -54,34 +55,33 @@ impl AgentStore for SqliteStore {
     async fn put_agent_work(&self, work: &AgentWork) -> Result<bool> {
         let body = to_json("put_agent_work", work)?;
         self.write("put_agent_work", |tx| {
-            let added = tx
-                .execute(
-                    "INSERT INTO agent_work (agent, id, created_at, leased_until, body)
+            let added = cached_execute(
+                tx,
+                "INSERT INTO agent_work (agent, id, created_at, leased_until, body)
                      VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (agent, id) DO NOTHING",
-                    params![
-                        work.agent.as_str(),
-                        work.id,
-                        millis(work.created_at),
-                        work.leased_until.map(millis),
-                        body
-                    ],
-                )
-                .map_err(|e| EmbeddedError::sql("put_agent_work", e))?;
+                params![
+                    work.agent.as_str(),
+                    work.id,
+                    millis(work.created_at),
+                    work.leased_until.map(millis),
+                    body
+                ],
+            )
+            .map_err(|e| EmbeddedError::sql("put_agent_work", e))?;
             Ok(added > 0)
         })
     }
 
     #[tracing::instrument(name = "sqlite.get_agent_work", level = "debug", skip_all, fields(agent = %agent, work = %id))]
     async fn get_agent_work(&self, agent: &AgentName, id: &str) -> Result<Option<AgentWork>> {
-        let body: Option<String> = self
-            .conn()
-            .query_row(
-                "SELECT body FROM agent_work WHERE agent = ?1 AND id = ?2",
-                params![agent.as_str(), id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_agent_work", e))?;
+        let body: Option<String> = cached_query_row(
+            &self.conn(),
+            "SELECT body FROM agent_work WHERE agent = ?1 AND id = ?2",
+            params![agent.as_str(), id],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_agent_work", e))?;
         Ok(body.map(|b| from_json("get_agent_work", &b)).transpose()?)
     }
 
@@ -145,12 +145,12 @@ impl AgentStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.finish_agent_work", level = "debug", skip_all, fields(agent = %agent, work = %id))]
     async fn finish_agent_work(&self, agent: &AgentName, id: &str) -> Result<bool> {
         self.write("finish_agent_work", |tx| {
-            let removed = tx
-                .execute(
-                    "DELETE FROM agent_work WHERE agent = ?1 AND id = ?2",
-                    params![agent.as_str(), id],
-                )
-                .map_err(|e| EmbeddedError::sql("finish_agent_work", e))?;
+            let removed = cached_execute(
+                tx,
+                "DELETE FROM agent_work WHERE agent = ?1 AND id = ?2",
+                params![agent.as_str(), id],
+            )
+            .map_err(|e| EmbeddedError::sql("finish_agent_work", e))?;
             Ok(removed > 0)
         })
     }
@@ -159,7 +159,8 @@ impl AgentStore for SqliteStore {
     async fn touch_agent(&self, agent: &AgentState) -> Result<()> {
         let body = to_json("touch_agent", agent)?;
         self.write("touch_agent", |tx| {
-            tx.execute(
+            cached_execute(
+                tx,
                 "INSERT INTO agents (name, body) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET body = excluded.body",
                 params![agent.name.as_str(), body],
@@ -171,15 +172,14 @@ impl AgentStore for SqliteStore {
 
     #[tracing::instrument(name = "sqlite.get_agent", level = "debug", skip_all, fields(agent = %name))]
     async fn get_agent(&self, name: &AgentName) -> Result<Option<AgentState>> {
-        let body: Option<String> = self
-            .conn()
-            .query_row(
-                "SELECT body FROM agents WHERE name = ?1",
-                [name.as_str()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_agent", e))?;
+        let body: Option<String> = cached_query_row(
+            &self.conn(),
+            "SELECT body FROM agents WHERE name = ?1",
+            [name.as_str()],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_agent", e))?;
         Ok(body.map(|b| from_json("get_agent", &b)).transpose()?)
     }
 

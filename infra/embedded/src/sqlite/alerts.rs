@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 use vergence_model::AlertState;
 use vergence_model::ports::AlertStore;
 
-use super::{Result, SqliteStore, from_json, to_json};
+use super::{Result, SqliteStore, cached_execute, cached_query_row, from_json, to_json};
 use crate::error::EmbeddedError;
 
 #[async_trait]
@@ -16,7 +16,8 @@ impl AlertStore for SqliteStore {
     async fn put_alert(&self, alert: &AlertState) -> Result<()> {
         let body = to_json("put_alert", alert)?;
         self.write("put_alert", |tx| {
-            tx.execute(
+            cached_execute(
+                tx,
                 "INSERT INTO alerts (name, body) VALUES (?1, ?2)
                  ON CONFLICT (name) DO UPDATE SET body = excluded.body",
                 params![alert.name, body],
@@ -29,12 +30,14 @@ impl AlertStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.get_alert", level = "debug", skip_all, fields(name = %name))]
     async fn get_alert(&self, name: &str) -> Result<Option<AlertState>> {
         let conn = self.conn();
-        let body: Option<String> = conn
-            .query_row("SELECT body FROM alerts WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_alert", e))?;
+        let body: Option<String> = cached_query_row(
+            &conn,
+            "SELECT body FROM alerts WHERE name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_alert", e))?;
         Ok(body.map(|b| from_json("get_alert", &b)).transpose()?)
     }
 

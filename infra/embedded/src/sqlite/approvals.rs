@@ -6,7 +6,7 @@ use rusqlite::params;
 use vergence_model::ports::ApprovalStore;
 use vergence_model::{Approval, InstanceKey};
 
-use super::{Result, SqliteStore, from_json, to_json};
+use super::{Result, SqliteStore, cached_execute, from_json, to_json};
 use crate::error::EmbeddedError;
 
 #[async_trait]
@@ -15,7 +15,8 @@ impl ApprovalStore for SqliteStore {
     async fn put_approval(&self, approval: &Approval) -> Result<()> {
         let body = to_json("put_approval", approval)?;
         self.write("put_approval", |tx| {
-            tx.execute(
+            cached_execute(
+                tx,
                 "INSERT INTO approvals (instance, body) VALUES (?1, ?2)",
                 params![approval.instance.storage_id(), body],
             )

@@ -6,7 +6,9 @@ use rusqlite::{OptionalExtension, params};
 
 use vergence_model::ports::{ConfigSnapshot, ConfigStore, CurrentConfig};
 
-use super::{Result, SqliteStore, conflict, from_json, millis, to_json};
+use super::{
+    Result, SqliteStore, cached_execute, cached_query_row, conflict, from_json, millis, to_json,
+};
 use crate::error::EmbeddedError;
 
 #[async_trait]
@@ -15,7 +17,8 @@ impl ConfigStore for SqliteStore {
     async fn put_snapshot(&self, snapshot: &ConfigSnapshot) -> Result<()> {
         let body = to_json("put_snapshot", snapshot)?;
         self.write("put_snapshot", |tx| {
-            tx.execute(
+            cached_execute(
+                tx,
                 "INSERT OR IGNORE INTO snapshots (hash, created_at, body) VALUES (?1, ?2, ?3)",
                 params![snapshot.hash, millis(snapshot.created_at), body],
             )
@@ -26,27 +29,27 @@ impl ConfigStore for SqliteStore {
 
     #[tracing::instrument(name = "sqlite.get_snapshot", level = "debug", skip_all, fields(hash = %hash))]
     async fn get_snapshot(&self, hash: &str) -> Result<Option<ConfigSnapshot>> {
-        let body: Option<String> = self
-            .conn()
-            .query_row("SELECT body FROM snapshots WHERE hash = ?1", [hash], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_snapshot", e))?;
+        let body: Option<String> = cached_query_row(
+            &self.conn(),
+            "SELECT body FROM snapshots WHERE hash = ?1",
+            [hash],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_snapshot", e))?;
         Ok(body.map(|b| from_json("get_snapshot", &b)).transpose()?)
     }
 
     #[tracing::instrument(name = "sqlite.current_config", level = "debug", skip_all)]
     async fn current_config(&self) -> Result<Option<CurrentConfig>> {
-        let row = self
-            .conn()
-            .query_row(
-                "SELECT hash, revision, channels FROM current_config WHERE id = 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?)),
-            )
-            .optional()
-            .map_err(|e| EmbeddedError::sql("current_config", e))?;
+        let row = cached_query_row(
+            &self.conn(),
+            "SELECT hash, revision, channels FROM current_config WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?)),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("current_config", e))?;
         let Some((hash, revision, channels)) = row else {
             return Ok(None);
         };
@@ -65,19 +68,20 @@ impl ConfigStore for SqliteStore {
     ) -> Result<u64> {
         let channels = to_json("set_current_config", &next.channels)?;
         self.write("set_current_config", |tx| {
-            let current: Option<u64> = tx
-                .query_row(
-                    "SELECT revision FROM current_config WHERE id = 1",
-                    [],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| EmbeddedError::sql("set_current_config", e))?;
+            let current: Option<u64> = cached_query_row(
+                tx,
+                "SELECT revision FROM current_config WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| EmbeddedError::sql("set_current_config", e))?;
             if current != expected_revision {
                 return Err(conflict("the current config pointer"));
             }
             let revision = current.unwrap_or(0) + 1;
-            tx.execute(
+            cached_execute(
+                tx,
                 "INSERT INTO current_config (id, hash, revision, channels) VALUES (1, ?1, ?2, ?3)
                  ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, revision = excluded.revision,
                    channels = excluded.channels",

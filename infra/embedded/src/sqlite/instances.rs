@@ -11,22 +11,23 @@ use vergence_model::{ApplicationName, InstanceKey, InstanceRecord, ServiceName};
 
 use super::events::insert_events;
 use super::jobs::{finish, state_name};
-use super::{Result, SqliteStore, conflict, from_json, millis, to_json};
+use super::{
+    Result, SqliteStore, cached_execute, cached_query_row, conflict, from_json, millis, to_json,
+};
 use crate::error::EmbeddedError;
 
 #[async_trait]
 impl InstanceStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.get_instance", level = "debug", skip_all, fields(instance = %key))]
     async fn get_instance(&self, key: &InstanceKey) -> Result<Option<InstanceRecord>> {
-        let row: Option<(String, u64)> = self
-            .conn()
-            .query_row(
-                "SELECT body, revision FROM instances WHERE id = ?1",
-                [key.storage_id()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_instance", e))?;
+        let row: Option<(String, u64)> = cached_query_row(
+            &self.conn(),
+            "SELECT body, revision FROM instances WHERE id = ?1",
+            [key.storage_id()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_instance", e))?;
         Ok(row
             .map(|(body, revision)| decode_instance(&body, revision))
             .transpose()?)
@@ -99,23 +100,24 @@ impl InstanceStore for SqliteStore {
                     put_instance(tx, "commit", record, commit.expected_revision)?
                 }
                 InstanceChange::Delete(_) => {
-                    let current: Option<u64> = tx
-                        .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| {
-                            r.get(0)
-                        })
-                        .optional()
-                        .map_err(|e| EmbeddedError::sql("commit", e))?;
+                    let current: Option<u64> = cached_query_row(
+                        tx,
+                        "SELECT revision FROM instances WHERE id = ?1",
+                        [&id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| EmbeddedError::sql("commit", e))?;
                     if current != commit.expected_revision {
                         return Err(conflict(format!("instance {key}")));
                     }
-                    tx.execute("DELETE FROM instances WHERE id = ?1", [&id])
+                    cached_execute(tx, "DELETE FROM instances WHERE id = ?1", [&id])
                         .map_err(|e| EmbeddedError::sql("commit", e))?;
                     0
                 }
             };
             for job in &commit.new_jobs {
-                let inserted = tx
-                    .execute(
+                let inserted = cached_execute(tx,
                         "INSERT OR IGNORE INTO jobs (id, instance, state, body) VALUES (?1, ?2, ?3, ?4)",
                         params![job.id.as_str(), id, state_name(&job.state), to_json("commit", job)?],
                     )
@@ -146,19 +148,21 @@ pub(super) fn put_instance(
 ) -> std::result::Result<u64, EmbeddedError> {
     let key = &record.key;
     let id = key.storage_id();
-    let current: Option<u64> = tx
-        .query_row("SELECT revision FROM instances WHERE id = ?1", [&id], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let current: Option<u64> = cached_query_row(
+        tx,
+        "SELECT revision FROM instances WHERE id = ?1",
+        [&id],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
     if current != expected {
         return Err(conflict(format!("instance {key}")));
     }
     let next = current.unwrap_or(0) + 1;
     let mut stored = record.clone();
     stored.revision = next;
-    tx.execute(
+    cached_execute(tx,
         "INSERT INTO instances (id, application, service, release_channel, revision, next_check_at, body)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT (id) DO UPDATE SET revision = excluded.revision,

@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use vergence_model::ports::JobStore;
 use vergence_model::{InstanceKey, JobHandle, JobId, JobRecord, JobResult, JobState};
 
-use super::{Result, SqliteStore, from_json, to_json};
+use super::{Result, SqliteStore, cached_execute, cached_query_row, from_json, to_json};
 use crate::error::EmbeddedError;
 
 /// Finished jobs kept per instance, newest first. Only the instance's
@@ -27,7 +27,8 @@ fn prune_finished_jobs(
     operation: &'static str,
     instance: &InstanceKey,
 ) -> std::result::Result<(), EmbeddedError> {
-    tx.execute(
+    cached_execute(
+        tx,
         "DELETE FROM jobs WHERE state = 'finished' AND instance = ?1
            AND rowid NOT IN (
              SELECT rowid FROM jobs WHERE instance = ?1
@@ -73,19 +74,22 @@ fn transition(
     allowed: impl Fn(&JobState) -> bool,
     next: impl Fn(&JobState) -> JobState,
 ) -> std::result::Result<bool, EmbeddedError> {
-    let body: Option<String> = tx
-        .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let body: Option<String> = cached_query_row(
+        tx,
+        "SELECT body FROM jobs WHERE id = ?1",
+        [id.as_str()],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
     let Some(body) = body else { return Ok(false) };
     let mut job: JobRecord = from_json(operation, &body)?;
     if !allowed(&job.state) {
         return Ok(false);
     }
     job.state = next(&job.state);
-    tx.execute(
+    cached_execute(
+        tx,
         "UPDATE jobs SET state = ?2, body = ?3 WHERE id = ?1",
         params![
             id.as_str(),
@@ -123,13 +127,14 @@ pub(super) fn finish(
 impl JobStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.get_job", level = "debug", skip_all, fields(job = %id))]
     async fn get_job(&self, id: &JobId) -> Result<Option<JobRecord>> {
-        let body: Option<String> = self
-            .conn()
-            .query_row("SELECT body FROM jobs WHERE id = ?1", [id.as_str()], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| EmbeddedError::sql("get_job", e))?;
+        let body: Option<String> = cached_query_row(
+            &self.conn(),
+            "SELECT body FROM jobs WHERE id = ?1",
+            [id.as_str()],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| EmbeddedError::sql("get_job", e))?;
         Ok(body.map(|b| from_json("get_job", &b)).transpose()?)
     }
 

@@ -626,6 +626,29 @@ fn conflict(what: impl Into<String>) -> EmbeddedError {
     EmbeddedError::Conflict { what: what.into() }
 }
 
+/// `Connection::execute` through the connection's statement cache. Every
+/// step runs the same few statements for its instance and jobs, and
+/// parsing them again each time was a visible part of a local run's time
+/// (docs/performance.md).
+fn cached_execute(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
+/// `Connection::query_row` through the statement cache (see
+/// [`cached_execute`]).
+fn cached_query_row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(params, row)
+}
+
 /// Runs `statements` through the connection's statement cache: a group
 /// commit runs its savepoints for every write, and parsing them each time
 /// was a visible part of a local run's time (docs/performance.md).

@@ -9,7 +9,7 @@ use vergence_model::{ApplicationName, Release, ServiceName};
 
 use super::events::insert_events;
 use super::instances::put_instance;
-use super::{Result, SqliteStore, conflict, from_json, to_json};
+use super::{Result, SqliteStore, cached_execute, cached_query_row, conflict, from_json, to_json};
 use crate::error::EmbeddedError;
 
 #[async_trait]
@@ -23,12 +23,14 @@ impl ReleaseStore for SqliteStore {
     async fn push_release(&self, push: &ReleasePush) -> Result<()> {
         const OPERATION: &str = "push_release";
         self.write(OPERATION, |tx| {
-            let in_force: Option<String> = tx
-                .query_row("SELECT hash FROM current_config WHERE id = 1", [], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(|e| EmbeddedError::sql(OPERATION, e))?;
+            let in_force: Option<String> = cached_query_row(
+                tx,
+                "SELECT hash FROM current_config WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| EmbeddedError::sql(OPERATION, e))?;
             if in_force.as_deref() != Some(push.config_hash.as_str()) {
                 return Err(conflict("the config in force"));
             }
@@ -87,25 +89,25 @@ fn put_release(
     operation: &'static str,
     release: &Release,
 ) -> std::result::Result<(), EmbeddedError> {
-    let existing: Option<String> = tx
-        .query_row(
-            "SELECT body FROM releases WHERE application = ?1 AND service = ?2 AND version = ?3",
-            params![
-                release.application.as_str(),
-                release.service.as_str(),
-                release.version.as_str()
-            ],
-            |r| r.get(0),
-        )
-        .optional()
-        .map_err(|e| EmbeddedError::sql(operation, e))?;
-    let next_seq: i64 = tx
-        .query_row(
-            "SELECT COALESCE(MAX(pushed_seq), 0) + 1 FROM releases",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let existing: Option<String> = cached_query_row(
+        tx,
+        "SELECT body FROM releases WHERE application = ?1 AND service = ?2 AND version = ?3",
+        params![
+            release.application.as_str(),
+            release.service.as_str(),
+            release.version.as_str()
+        ],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
+    let next_seq: i64 = cached_query_row(
+        tx,
+        "SELECT COALESCE(MAX(pushed_seq), 0) + 1 FROM releases",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
     match existing {
         Some(body) => {
             let stored: Release = from_json(operation, &body)?;
@@ -115,7 +117,7 @@ fn put_release(
                     release.version, release.service
                 )));
             }
-            tx.execute(
+            cached_execute(tx,
                 "UPDATE releases SET pushed_seq = ?4 WHERE application = ?1 AND service = ?2 AND version = ?3",
                 params![
                     release.application.as_str(),
@@ -125,7 +127,7 @@ fn put_release(
                 ],
             )
         }
-        None => tx.execute(
+        None => cached_execute(tx,
             "INSERT INTO releases (application, service, version, pushed_seq, body) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
                 release.application.as_str(),

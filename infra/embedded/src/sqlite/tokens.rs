@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, params};
 use vergence_model::ports::TokenStore;
 use vergence_model::{ApiToken, TokenSubject};
 
-use super::{Result, SqliteStore, from_json, to_json};
+use super::{Result, SqliteStore, cached_execute, cached_query_row, from_json, to_json};
 use crate::error::EmbeddedError;
 
 /// What the tokens table's `application` column holds for a subject: an
@@ -29,13 +29,13 @@ impl TokenStore for SqliteStore {
     async fn put_token(&self, token: &ApiToken) -> Result<()> {
         let body = to_json("put_token", token)?;
         self.write("put_token", |tx| {
-            let inserted = tx
-                .execute(
-                    "INSERT INTO tokens (id, application, body) VALUES (?1, ?2, ?3)
+            let inserted = cached_execute(
+                tx,
+                "INSERT INTO tokens (id, application, body) VALUES (?1, ?2, ?3)
                      ON CONFLICT (id) DO NOTHING",
-                    params![token.id, subject_key(&token.subject), body],
-                )
-                .map_err(|e| EmbeddedError::sql("put_token", e))?;
+                params![token.id, subject_key(&token.subject), body],
+            )
+            .map_err(|e| EmbeddedError::sql("put_token", e))?;
             if inserted == 0 {
                 return Err(EmbeddedError::Conflict {
                     what: format!("token {}", token.id),
@@ -48,8 +48,10 @@ impl TokenStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.get_token", level = "debug", skip_all, fields(id = %id))]
     async fn get_token(&self, id: &str) -> Result<Option<ApiToken>> {
         let conn = self.conn();
-        let body: Option<String> = conn
-            .query_row("SELECT body FROM tokens WHERE id = ?1", [id], |r| r.get(0))
+        let body: Option<String> =
+            cached_query_row(&conn, "SELECT body FROM tokens WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| EmbeddedError::sql("get_token", e))?;
         Ok(body.map(|b| from_json("get_token", &b)).transpose()?)
@@ -75,8 +77,7 @@ impl TokenStore for SqliteStore {
     #[tracing::instrument(name = "sqlite.delete_token", level = "debug", skip_all, fields(id = %id))]
     async fn delete_token(&self, id: &str) -> Result<bool> {
         self.write("delete_token", |tx| {
-            let n = tx
-                .execute("DELETE FROM tokens WHERE id = ?1", [id])
+            let n = cached_execute(tx, "DELETE FROM tokens WHERE id = ?1", [id])
                 .map_err(|e| EmbeddedError::sql("delete_token", e))?;
             Ok(n > 0)
         })
@@ -90,18 +91,19 @@ impl TokenStore for SqliteStore {
         expires_at: Timestamp,
     ) -> Result<bool> {
         self.write("use_webhook_signature", |tx| {
-            tx.execute(
+            cached_execute(
+                tx,
                 "DELETE FROM webhook_signatures WHERE expires_at <= ?1",
                 [now.as_second()],
             )
             .map_err(|e| EmbeddedError::sql("use_webhook_signature", e))?;
-            let inserted = tx
-                .execute(
-                    "INSERT INTO webhook_signatures (signature, expires_at) VALUES (?1, ?2)
+            let inserted = cached_execute(
+                tx,
+                "INSERT INTO webhook_signatures (signature, expires_at) VALUES (?1, ?2)
                      ON CONFLICT (signature) DO NOTHING",
-                    params![signature, expires_at.as_second()],
-                )
-                .map_err(|e| EmbeddedError::sql("use_webhook_signature", e))?;
+                params![signature, expires_at.as_second()],
+            )
+            .map_err(|e| EmbeddedError::sql("use_webhook_signature", e))?;
             Ok(inserted == 1)
         })
     }
