@@ -469,14 +469,16 @@ def template_settings() -> dict:
     text = (ROOT / "template.yaml").read_text()
     default_mb = int(re.search(r"^Globals:.*?MemorySize: (\d+)", text, re.S | re.M)[1])
 
-    def function_mb(name: str) -> int:
+    def function_block(name: str) -> str:
         block = re.search(rf"^  {name}:\n(.*?)(?=^  \S)", text, re.S | re.M)
-        found = block and re.search(r"^      MemorySize: (\d+)", block[1], re.M)
+        return block[1] if block else ""
+
+    def function_mb(name: str) -> int:
+        found = re.search(r"^      MemorySize: (\d+)", function_block(name), re.M)
         return int(found[1]) if found else default_mb
 
     def platform_log_bytes(name: str) -> int:
-        block = re.search(rf"^  {name}:\n(.*?)(?=^  \S)", text, re.S | re.M)
-        quiet = block and re.search(r"^        SystemLogLevel: (WARN|ERROR|FATAL)", block[1], re.M)
+        quiet = re.search(r"^        SystemLogLevel: (WARN|ERROR|FATAL)", function_block(name), re.M)
         return 0 if quiet else LAMBDA_PLATFORM_LOG_BYTES
 
     rate = re.search(r"ScheduleExpression: rate\((\d+) minutes?\)", text)

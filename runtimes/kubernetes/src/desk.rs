@@ -81,16 +81,45 @@ impl AgentJobs {
         }
     }
 
-    /// What this desk last knew of `agent`'s record, if it is recent
-    /// enough that the poll need not write it again.
-    fn fresh(&self, agent: &AgentName, poll: &PollRequest, now: Timestamp) -> Option<AgentState> {
+    /// Whether `agent` was alive before this poll, if this desk's copy of
+    /// its record is recent enough that the poll need not write it again:
+    /// then nothing is read or written. `None`: ask [`Self::record`].
+    fn fresh(&self, agent: &AgentName, poll: &PollRequest, now: Timestamp) -> Option<bool> {
         let seen = self
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         seen.get(agent)
             .filter(|state| seen_lately(state, poll, now))
-            .cloned()
+            .map(|state| state.is_alive(now))
+    }
+
+    /// Reads `agent`'s record, writes it again unless it was written
+    /// lately with what the poll says, and remembers it; whether the agent
+    /// was alive before this poll.
+    async fn record(
+        &self,
+        agent: &AgentName,
+        poll: &PollRequest,
+        now: Timestamp,
+    ) -> vergence_model::Result<bool> {
+        let known = self.store.get_agent(agent).await?;
+        let was_alive = known.as_ref().is_some_and(|state| state.is_alive(now));
+        match known {
+            Some(state) if seen_lately(&state, poll, now) => self.remember(state),
+            _ => {
+                let state = AgentState {
+                    name: agent.clone(),
+                    last_seen: now,
+                    version: poll.version.clone(),
+                    namespace: poll.namespace.clone(),
+                    cluster: poll.cluster.clone(),
+                };
+                self.store.touch_agent(&state).await?;
+                self.remember(state);
+            }
+        }
+        Ok(was_alive)
     }
 
     fn remember(&self, state: AgentState) {
@@ -412,25 +441,10 @@ impl AgentDesk for AgentJobs {
     #[instrument(name = "agent.check_in", skip_all, fields(agent = %agent, running = poll.running.len()))]
     async fn check_in(&self, agent: &AgentName, poll: &PollRequest) -> vergence_model::Result<()> {
         let now = self.clock.now();
-        let known = match self.fresh(agent, poll, now) {
-            Some(state) => Some(state),
-            None => self.store.get_agent(agent).await?,
+        let was_alive = match self.fresh(agent, poll, now) {
+            Some(was_alive) => was_alive,
+            None => self.record(agent, poll, now).await?,
         };
-        let was_alive = known.as_ref().is_some_and(|state| state.is_alive(now));
-        match known {
-            Some(state) if seen_lately(&state, poll, now) => self.remember(state),
-            _ => {
-                let state = AgentState {
-                    name: agent.clone(),
-                    last_seen: now,
-                    version: poll.version.clone(),
-                    namespace: poll.namespace.clone(),
-                    cluster: poll.cluster.clone(),
-                };
-                self.store.touch_agent(&state).await?;
-                self.remember(state);
-            }
-        }
         let running: Vec<String> = poll.running.iter().map(AgentWork::run_id).collect();
         self.store
             .renew_agent_work(agent, &running, after(now, AGENT_LEASE))

@@ -654,7 +654,7 @@ fn cached_query_row<T>(
 /// was a visible part of a local run's time (docs/performance.md).
 fn run_cached(tx: &Transaction<'_>, statements: &[&str]) -> rusqlite::Result<()> {
     for statement in statements {
-        tx.prepare_cached(statement)?.execute([])?;
+        cached_execute(tx, statement, [])?;
     }
     Ok(())
 }
