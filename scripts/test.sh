@@ -42,7 +42,7 @@ install_python_tools() {
 # The status page's browser test (cli/tests/cli/browser.rs): Debian's
 # chromium, driven headless by playwright-core from npm, which uses that
 # chromium (it downloads no browser of its own). Then the stand-ins
-# (scripts/services.sh), one apt-get after the other.
+# (scripts/services.sh), one apt-get after the other; and Prometheus.
 PLAYWRIGHT_CORE_VERSION=1.65.1
 install_browser_and_services() {
   if ! command -v chromium >/dev/null 2>&1; then
@@ -52,6 +52,12 @@ install_browser_and_services() {
   if ! command -v node >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq nodejs npm
+  fi
+  # The metric protections' tests run a real Prometheus (and Alertmanager)
+  # of their own: Debian's packages, started by the tests, not as services.
+  if ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager
   fi
   if [ "$(node -p "try { require('$TOOLS/node/node_modules/playwright-core/package.json').version } catch (e) { '' }")" \
     != "$PLAYWRIGHT_CORE_VERSION" ]; then

@@ -4,7 +4,8 @@
 //! credentials (the AWS SDK's
 //! default chain; Google's application-default credentials); and the
 //! first-class ECS runtime's API calls, made from this process with the
-//! same AWS credentials.
+//! same AWS credentials; and the metric protections' queries (Prometheus
+//! over HTTP, CloudWatch alarms with those credentials).
 //!
 //! The remote runners are made when a job first needs one, so a config
 //! with only local jobs never looks for cloud credentials (which can mean
@@ -43,7 +44,12 @@ pub fn router(
     artifacts: Arc<dyn ArtifactStore>,
     sink: Arc<dyn JobResultSink>,
 ) -> RunnerRouter {
-    let router = RunnerRouter::new(deployment).with(RunnerKind::Local, local);
+    let router = RunnerRouter::new(deployment)
+        .with(RunnerKind::Local, local)
+        .with_builtin(
+            BuiltinPlatform::Prometheus,
+            vergence_metrics::prometheus_runner(reqwest::Client::new(), sink.clone()),
+        );
     let router = aws::route(router, args, artifacts.clone(), sink.clone());
     cloud_run::route(router, args, artifacts, sink)
 }
@@ -69,6 +75,7 @@ mod aws {
         artifacts: Arc<dyn ArtifactStore>,
         sink: Arc<dyn JobResultSink>,
     ) -> RunnerRouter {
+        let alarm_sink = sink.clone();
         let services = Lazy::new(RunnerKind::Ecs, move || {
             let sink = sink.clone();
             Box::pin(async move {
@@ -83,6 +90,17 @@ mod aws {
                     sink,
                 );
                 Ok(Arc::new(services) as Arc<dyn Runner>)
+            })
+        });
+        let alarms = Lazy::new(RunnerKind::Local, move || {
+            let sink = alarm_sink.clone();
+            Box::pin(async move {
+                let aws = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                    .load()
+                    .await;
+                let alarms =
+                    vergence_metrics::CloudwatchAlarms::new(aws_sdk_cloudwatch::Client::new(&aws));
+                Ok(vergence_metrics::cloudwatch_runner(Arc::new(alarms), sink))
             })
         });
         let bucket = args.artifact_bucket.clone();
@@ -125,6 +143,7 @@ mod aws {
             .with(RunnerKind::Ecs, Arc::new(tasks))
             .with(RunnerKind::Lambda, Arc::new(invocations))
             .with_builtin(BuiltinPlatform::Ecs, Arc::new(services))
+            .with_builtin(BuiltinPlatform::CloudWatch, Arc::new(alarms))
     }
 
     fn with_bucket(
@@ -182,6 +201,13 @@ mod aws {
             .with_builtin(
                 BuiltinPlatform::Ecs,
                 Arc::new(Lazy::never(RunnerKind::Ecs, why)),
+            )
+            .with_builtin(
+                BuiltinPlatform::CloudWatch,
+                Arc::new(Lazy::never(
+                    RunnerKind::Local,
+                    left_out("aws", "reads CloudWatch alarms"),
+                )),
             )
     }
 

@@ -262,6 +262,7 @@ impl Harness {
             },
             logs: aws_sdk_cloudwatchlogs::Client::new(&sdk_config(sqs_url).await),
             lambda: aws_sdk_lambda::Client::new(&sdk_config(sqs_url).await),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(&sdk_config(sqs_url).await),
         };
         let config = DeploymentConfig {
             table,

@@ -674,7 +674,19 @@ def _sts(req: Request) -> list[Check] | None:
     return None
 
 
+def _cloudwatch(req: Request) -> list[Check] | None:
+    # DescribeAlarms names its alarms (AlarmNames.member.N): one check per
+    # alarm ARN, as IAM authorizes it; without names, every alarm (*).
+    if req.operation != "DescribeAlarms":
+        return None
+    names = req.params_with_prefix("AlarmNames.member.") or list(req.param("AlarmNames") or [])
+    if not names:
+        return [Check("cloudwatch:DescribeAlarms", "*")]
+    return [Check("cloudwatch:DescribeAlarms", req.arn("cloudwatch", f"alarm:{n}")) for n in names]
+
+
 _DERIVE = {
+    "monitoring": _cloudwatch,
     "dynamodb": _dynamodb,
     "sqs": _sqs,
     "s3": _s3,

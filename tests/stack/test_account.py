@@ -456,6 +456,28 @@ class Lambda(unittest.TestCase):
             server.shutdown()
 
 
+class CloudWatch(unittest.TestCase):
+    """cloudwatchAlarm protections: the worker reads alarm states
+    (ProtectionAlarms) and may change nothing of CloudWatch; the api
+    function may not read them."""
+
+    def test_worker_reads_alarms_and_nothing_more(self) -> None:
+        name = "vergence-protection-5xx"
+        admin("cloudwatch").put_metric_alarm(
+            AlarmName=name, Namespace="Shop", MetricName="Errors", Statistic="Sum",
+            Period=60, EvaluationPeriods=1, Threshold=5.0, ComparisonOperator="GreaterThanThreshold",
+        )
+        w = client("cloudwatch", "worker")
+        self.assertEqual(status(w.describe_alarms, AlarmNames=[name]), 200)
+        d = last_decisions(1)[0]
+        self.assertEqual(
+            (d["action"], d["sid"], d["resource"]),
+            ("cloudwatch:DescribeAlarms", "ProtectionAlarms", f"arn:aws:cloudwatch:us-east-1:{account.ACCOUNT}:alarm:{name}"),
+        )
+        self.assertEqual(status(w.set_alarm_state, AlarmName=name, StateValue="OK", StateReason="x"), 403)
+        self.assertEqual(status(client("cloudwatch", "api").describe_alarms, AlarmNames=[name]), 403)
+
+
 class Secrets(unittest.TestCase):
     def test_parameters_and_secrets(self) -> None:
         s = STACK["seeded"]["notificationSecret"]

@@ -8,6 +8,7 @@ use aws_config::BehaviorVersion;
 use vergence_aws::{AwsSecretReader, DynamoStore, S3ArtifactStore, SqsQueue};
 use vergence_compiler::YamlCompiler;
 use vergence_engine::control::Control;
+use vergence_metrics::CloudwatchAlarms;
 use vergence_model::notification::SecretReader;
 use vergence_model::ports::{Clock, StateStore, SystemClock, WorkQueue};
 use vergence_runner_cloud_run::{CloudRunClients, CloudRunRunner, CloudRunSettings};
@@ -70,6 +71,8 @@ pub struct AwsClients {
     pub logs: aws_sdk_cloudwatchlogs::Client,
     /// Lambda, for jobs of `runner: lambda` runtimes (Invoke).
     pub lambda: aws_sdk_lambda::Client,
+    /// CloudWatch, for `cloudwatchAlarm` protections (DescribeAlarms).
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
 }
 
 impl AwsClients {
@@ -86,6 +89,7 @@ impl AwsClients {
             ecs: aws_sdk_ecs::Client::new(sdk),
             logs: aws_sdk_cloudwatchlogs::Client::new(sdk),
             lambda: aws_sdk_lambda::Client::new(sdk),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(sdk),
         }
     }
 }
@@ -106,6 +110,11 @@ pub struct Deployment {
     pub ecs_clients: EcsClients,
     /// Invocations of the users' functions, for `runner: lambda` jobs.
     pub lambda: Arc<LambdaRunner>,
+    /// Reads the alarms of `cloudwatchAlarm` protections (its regional
+    /// clients are kept for the container's life).
+    pub alarms: Arc<CloudwatchAlarms>,
+    /// The HTTP client of `prometheus` protections' queries.
+    pub metrics_http: reqwest::Client,
     /// The Cloud Run runner, or why this deployment has none.
     pub cloud_run: Result<Arc<CloudRunRunner>, String>,
     /// Reads the SSM parameters and Secrets Manager secrets notifications
@@ -213,6 +222,8 @@ impl Deployment {
             ecs: Arc::new(ecs),
             ecs_clients,
             lambda: Arc::new(lambda),
+            alarms: Arc::new(CloudwatchAlarms::new(clients.cloudwatch)),
+            metrics_http: reqwest::Client::new(),
             cloud_run: Err(no_google_credentials()),
             // Clients of the standard AWS environment, made when a
             // notification first reads a secret from AWS.

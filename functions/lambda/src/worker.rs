@@ -205,7 +205,23 @@ impl Worker {
             .with(RunnerKind::Ecs, self.deployment.ecs.clone())
             .with(RunnerKind::Lambda, self.deployment.lambda.clone())
             .with(RunnerKind::Kubernetes, Arc::new(agents))
-            .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services));
+            .with_builtin(BuiltinPlatform::Ecs, Arc::new(ecs_services))
+            // Metric protections read with the worker's role (CloudWatch)
+            // and from the worker's network (Prometheus).
+            .with_builtin(
+                BuiltinPlatform::Prometheus,
+                vergence_metrics::prometheus_runner(
+                    self.deployment.metrics_http.clone(),
+                    self.completion(),
+                ),
+            )
+            .with_builtin(
+                BuiltinPlatform::CloudWatch,
+                vergence_metrics::cloudwatch_runner(
+                    self.deployment.alarms.clone(),
+                    self.completion(),
+                ),
+            );
         runners = match &self.deployment.cloud_run {
             Ok(cloud_run) => {
                 let services =

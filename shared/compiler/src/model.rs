@@ -374,6 +374,26 @@ pub enum ProtectionTemplate {
         runner: RunnerSpec,
     },
     Alert(String),
+    /// A query of a metric system, carried out by whoever runs the engine.
+    Metric {
+        check: MetricTemplate,
+        timeout: SignedDuration,
+    },
+}
+
+/// A metric protection's query, its text templates not rendered yet.
+#[derive(Clone, Debug)]
+pub enum MetricTemplate {
+    Prometheus {
+        url: Template,
+        query: Template,
+        threshold: vergence_model::Threshold,
+        for_: SignedDuration,
+    },
+    CloudwatchAlarm {
+        names: Vec<Template>,
+        region: Option<Template>,
+    },
 }
 
 /// A protection attached somewhere, with its parameter values (which may

@@ -13,7 +13,8 @@ pub(crate) mod manifests;
 use std::collections::BTreeMap;
 
 use super::model::*;
-use super::template::{Builtin, Reference};
+use super::template::{Builtin, Reference, Template};
+use jiff::SignedDuration;
 use vergence_model::error::{Error, Result};
 use vergence_model::hashing::sha256_hex;
 use vergence_model::{
@@ -21,7 +22,7 @@ use vergence_model::{
     FetchSpec, GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition,
     ProtectionCheck, Release, ReleaseChannelName, ServiceName,
 };
-use vergence_model::{RunnerSpec, SecretRef, Version};
+use vergence_model::{CloudwatchAlarmCheck, PrometheusCheck, RunnerSpec, SecretRef, Version};
 
 /// Characters of the config hash used in derived versions.
 const VERSION_HASH_LEN: usize = 10;
@@ -124,7 +125,7 @@ impl ConfigModel {
                     job: job.into(),
                     poll_interval: g.poll_interval,
                 }),
-            convergence_grace_period: runtime.map_or(jiff::SignedDuration::from_mins(10), |r| {
+            convergence_grace_period: runtime.map_or(SignedDuration::from_mins(10), |r| {
                 r.convergence_grace_period
             }),
             require_approval_before_apply: runtime.is_some_and(|r| r.require_approval_before_apply),
@@ -160,32 +161,35 @@ impl ConfigModel {
             let Some(protection) = self.protections.get(&usage.name) else {
                 return Err(format!("protection {} is not defined", usage.name));
             };
+            let mut values = BTreeMap::new();
+            for decl in &protection.params {
+                let value = match usage.values.get(&decl.name) {
+                    Some(t) => t.render(|r| attachment_scope.resolve(r))?,
+                    None => decl
+                        .default
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                };
+                values.insert(decl.name.as_str(), value);
+            }
+            let scope = Scope {
+                params: &values,
+                ..attachment_scope
+            };
             let check = match &protection.check {
                 ProtectionTemplate::Alert(alert) => ProtectionCheck::Alert {
                     alert: alert.clone(),
                 },
                 ProtectionTemplate::Job { job, runner } => {
-                    let mut values = BTreeMap::new();
-                    for decl in &protection.params {
-                        let value = match usage.values.get(&decl.name) {
-                            Some(t) => t.render(|r| attachment_scope.resolve(r))?,
-                            None => decl
-                                .default
-                                .as_ref()
-                                .map(ToString::to_string)
-                                .unwrap_or_default(),
-                        };
-                        values.insert(decl.name.as_str(), value);
-                    }
-                    let scope = Scope {
-                        params: &values,
-                        ..attachment_scope
-                    };
                     let job = render_job(job, runner, &scope, &BTreeMap::new(), &BTreeMap::new())?;
                     ProtectionCheck::Job {
                         job: std::sync::Arc::new(job),
                     }
                 }
+                ProtectionTemplate::Metric { check, timeout } => ProtectionCheck::Job {
+                    job: std::sync::Arc::new(metric_job(check, *timeout, &scope)?),
+                },
             };
             for lifecycle in &usage.lifecycles {
                 out.push(CompiledProtection {
@@ -447,7 +451,8 @@ fn with_version(mut job: JobSpec, version: &Version) -> JobSpec {
         Some(BuiltinJob::CloudRunApply(service) | BuiltinJob::CloudRunFetch(service)) => {
             service.version = version.to_string();
         }
-        None => {}
+        // A protection's check reads the same whatever the version.
+        Some(BuiltinJob::Prometheus(_) | BuiltinJob::CloudwatchAlarm(_)) | None => {}
     }
     job
 }
@@ -494,6 +499,47 @@ fn render_job(
         timeout: job.timeout,
         outputs: job.outputs.clone(),
         builtin: None,
+    })
+}
+
+/// A metric protection's check as a job the engine's own process carries
+/// out (the local runner's place: the worker, `vergence up`), rendered
+/// for one instance.
+fn metric_job(
+    check: &MetricTemplate,
+    timeout: SignedDuration,
+    scope: &Scope<'_>,
+) -> Result<JobSpec, String> {
+    let render = |t: &Template| t.render(|r| scope.resolve(r));
+    let builtin = match check {
+        MetricTemplate::Prometheus {
+            url,
+            query,
+            threshold,
+            for_,
+        } => BuiltinJob::Prometheus(PrometheusCheck {
+            url: render(url)?,
+            query: render(query)?,
+            threshold: *threshold,
+            for_: *for_,
+        }),
+        MetricTemplate::CloudwatchAlarm { names, region } => {
+            BuiltinJob::CloudwatchAlarm(CloudwatchAlarmCheck {
+                names: names.iter().map(render).collect::<Result<_, _>>()?,
+                region: region.as_ref().map(render).transpose()?,
+            })
+        }
+    };
+    Ok(JobSpec {
+        runner: RunnerSpec::Local,
+        image: None,
+        cmd: Vec::new(),
+        env: BTreeMap::new(),
+        secret_env: BTreeMap::new(),
+        working_dir: String::new(),
+        timeout,
+        outputs: Vec::new(),
+        builtin: Some(builtin),
     })
 }
 

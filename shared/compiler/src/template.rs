@@ -105,6 +105,14 @@ impl Template {
         })
     }
 
+    /// The text before the first reference: what every rendering starts with.
+    pub fn literal_prefix(&self) -> &str {
+        match self.pieces.first() {
+            Some(Piece::Text(text)) => text,
+            _ => "",
+        }
+    }
+
     /// The reference, when the whole template is exactly one reference.
     pub fn sole_reference(&self) -> Option<&Reference> {
         match self.pieces.as_slice() {

@@ -12,6 +12,7 @@ use vergence_model::*;
 mod cloud_run;
 mod ecs;
 mod kubernetes;
+mod metrics;
 mod notifications;
 mod runners;
 mod serverless;

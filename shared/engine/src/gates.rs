@@ -459,9 +459,10 @@ fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &Insta
         Lifecycle::Deployment { failure_behavior } => failure_behavior,
         _ => FailureBehavior::Block,
     };
-    let (passed, summary, next) = match &protection.check {
+    let (passed, inconclusive, summary, next) = match &protection.check {
         ProtectionCheck::Alert { alert } => match facts.alerts.get(alert) {
             Some(a) if a.firing => (
+                false,
                 false,
                 format!(
                     "alert {alert} is firing since {} (set by {}{})",
@@ -474,13 +475,14 @@ fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &Insta
                 ),
                 None,
             ),
-            _ => (true, String::new(), None),
+            _ => (true, false, String::new(), None),
         },
         ProtectionCheck::Job { .. } => {
             let key = protection.key();
             match state.protections.get(&key) {
                 Some(seen) if facts.now < after(seen.at, protection.poll_interval) => (
                     seen.passed,
+                    seen.inconclusive,
                     seen.summary.clone(),
                     Some(after(seen.at, protection.poll_interval)),
                 ),
@@ -490,6 +492,19 @@ fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &Insta
     };
     if passed {
         return Gate::Open;
+    }
+    // A check that could not read its source is no evidence either way: it
+    // holds the apply, and only a failure it did see may fail the version.
+    if inconclusive {
+        return blocked(
+            format!(
+                "protection {} ({}, of {}) cannot be evaluated: {summary}",
+                protection.name,
+                protection.lifecycle.as_str(),
+                protection.attached_to
+            ),
+            next,
+        );
     }
     let reason = format!(
         "protection {} ({}, {} of {}) is failing: {summary}",
@@ -504,6 +519,11 @@ fn protection_gate(protection: &CompiledProtection, facts: &Facts, state: &Insta
     if behavior == FailureBehavior::Fail {
         return Gate::Fail { reason };
     }
+    blocked(reason, next)
+}
+
+/// BLOCKED by a protection, looked at again at `next` (its next check).
+fn blocked(reason: String, next: Option<Timestamp>) -> Gate {
     Gate::Closed {
         status: Status::Blocked,
         reason: format!(

@@ -106,6 +106,12 @@ fn standing(
         .get(&check.key())
         .filter(|o| o.version == progress.version && o.at >= start);
     Some(match seen {
+        // Not read at all is neither a pass nor a failure: look again at
+        // the next poll, and do not finish on it.
+        Some(o) if o.inconclusive => Standing::Next {
+            note: format!("{} cannot be evaluated: {}", check.name, o.summary),
+            at: after(o.at, check.poll_interval),
+        },
         Some(o) if !o.passed => Standing::Failed(format!(
             "post-deployment check {} of {} failed: {}",
             check.name, progress.version, o.summary
@@ -177,6 +183,7 @@ mod tests {
             version: n(version),
             passed,
             summary: if passed { "passed" } else { "exited with 1" }.into(),
+            inconclusive: false,
         };
         (check.key(), observation)
     }
@@ -279,6 +286,27 @@ mod tests {
                     "first running".into(),
                     "second passing for 1m 40s of 10m".into(),
                     "later starts at 2027-01-15T10:05:00Z".into(),
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn a_check_that_cannot_read_its_source_neither_fails_nor_finishes() {
+        let errors = check("errors", 0, 60);
+        let (key, mut unread) = seen(&errors, "v2", 60, false);
+        unread.inconclusive = true;
+        unread.summary = "inconclusive: cannot reach Prometheus at http://prom:9090".into();
+        // At the end of its duration, with no conclusive pass: it runs
+        // again at its next poll instead of passing or failing.
+        assert_eq!(
+            verdict(&[&errors], &progress(), &[(key, unread)].into(), at(61)),
+            Verdict::Running {
+                run: vec![],
+                look_again_at: Some(at(120)),
+                notes: vec![
+                    "errors cannot be evaluated: inconclusive: cannot reach Prometheus at http://prom:9090"
+                        .into()
                 ],
             }
         );

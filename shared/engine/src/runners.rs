@@ -87,9 +87,9 @@ impl RunnerRouter {
             Some(platform) => self.builtins.get(&platform).ok_or_else(|| Error::Runner {
                 runner: platform.as_str().to_owned(),
                 message: format!(
-                    "{} cannot apply or read first-class {} runtimes (it was built without them)",
+                    "{} cannot carry out {} (it was built without them)",
                     self.deployment,
-                    platform.as_str()
+                    platform.jobs()
                 ),
             }),
             None => self.runner(&job.spec.runner),
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(runner, "ecs");
         assert_eq!(
             message,
-            "the worker function cannot apply or read first-class ecs runtimes (it was built without them)"
+            "the worker function cannot carry out the jobs of first-class ecs runtimes (it was built without them)"
         );
     }
 

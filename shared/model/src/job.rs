@@ -175,6 +175,10 @@ pub enum JobOutcome {
     PlatformFailed { message: String },
     /// Vergence stopped it: a newer version or a rollback superseded it.
     Stopped { reason: String },
+    /// A check that reads another system (a metric protection) could not
+    /// read it: neither a pass nor a failure. It holds applies and never
+    /// fails a version on its own.
+    Inconclusive { message: String },
 }
 
 impl fmt::Display for JobOutcome {
@@ -188,6 +192,7 @@ impl fmt::Display for JobOutcome {
                 write!(f, "failed on its platform: {message}")
             }
             JobOutcome::Stopped { reason } => write!(f, "stopped: {reason}"),
+            JobOutcome::Inconclusive { message } => write!(f, "inconclusive: {message}"),
         }
     }
 }
@@ -290,7 +295,9 @@ impl JobResult {
         secrets.apply_in_place(&mut self.stdout);
         secrets.apply_in_place(&mut self.stderr_tail);
         match &mut self.outcome {
-            JobOutcome::NotStarted { message, .. } | JobOutcome::PlatformFailed { message } => {
+            JobOutcome::NotStarted { message, .. }
+            | JobOutcome::PlatformFailed { message }
+            | JobOutcome::Inconclusive { message } => {
                 secrets.apply_in_place(message);
             }
             JobOutcome::Stopped { reason } => secrets.apply_in_place(reason),

@@ -13,6 +13,7 @@
 pub mod adoption;
 pub mod agent;
 pub mod bundle;
+pub mod checks;
 pub mod cloud_run;
 pub mod compiled;
 #[cfg(feature = "conformance")]
@@ -39,6 +40,7 @@ pub mod window;
 
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};
 pub use bundle::{ConfigBundle, ConfigPart, MAX_BUNDLE_PATH_BYTES, PartOf, check_bundle_path};
+pub use checks::{Bound, CloudwatchAlarmCheck, PrometheusCheck, Threshold};
 pub use cloud_run::CloudRunService;
 pub use compiled::*;
 pub use diagnostics::{

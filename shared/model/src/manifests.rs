@@ -1,4 +1,5 @@
-//! Jobs that run no program of the user's: the first-class runtimes.
+//! Jobs that run no program of the user's: the first-class runtimes, and
+//! the metric protections (`checks`).
 //! The Kubernetes runtime's apply and fetch are carried out by
 //! `vergence-agent` itself (server-side apply, and a watch-backed read of
 //! the live objects); the ECS and Cloud Run runtimes' by whoever runs the
@@ -25,6 +26,10 @@ pub enum BuiltinJob {
     CloudRunApply(crate::cloud_run::CloudRunService),
     /// Report the Cloud Run service's readiness as a structured fetch.
     CloudRunFetch(crate::cloud_run::CloudRunService),
+    /// A protection's PromQL query, held to its threshold.
+    Prometheus(crate::checks::PrometheusCheck),
+    /// A protection's CloudWatch alarms, none of which may be in ALARM.
+    CloudwatchAlarm(crate::checks::CloudwatchAlarmCheck),
 }
 
 impl BuiltinJob {
@@ -37,7 +42,9 @@ impl BuiltinJob {
             BuiltinJob::EcsApply(_)
             | BuiltinJob::EcsFetch(_)
             | BuiltinJob::CloudRunApply(_)
-            | BuiltinJob::CloudRunFetch(_) => None,
+            | BuiltinJob::CloudRunFetch(_)
+            | BuiltinJob::Prometheus(_)
+            | BuiltinJob::CloudwatchAlarm(_) => None,
         }
     }
 
@@ -51,6 +58,8 @@ impl BuiltinJob {
             BuiltinJob::CloudRunApply(_) | BuiltinJob::CloudRunFetch(_) => {
                 Some(BuiltinPlatform::CloudRun)
             }
+            BuiltinJob::Prometheus(_) => Some(BuiltinPlatform::Prometheus),
+            BuiltinJob::CloudwatchAlarm(_) => Some(BuiltinPlatform::CloudWatch),
         }
     }
 }
@@ -61,6 +70,10 @@ impl BuiltinJob {
 pub enum BuiltinPlatform {
     Ecs,
     CloudRun,
+    /// Metric protections' PromQL queries.
+    Prometheus,
+    /// Metric protections' CloudWatch alarms.
+    CloudWatch,
 }
 
 impl BuiltinPlatform {
@@ -69,6 +82,20 @@ impl BuiltinPlatform {
         match self {
             BuiltinPlatform::Ecs => "ecs",
             BuiltinPlatform::CloudRun => "cloudRun",
+            BuiltinPlatform::Prometheus => "prometheus",
+            BuiltinPlatform::CloudWatch => "cloudwatchAlarm",
+        }
+    }
+
+    /// What the platform's jobs are, for messages.
+    pub fn jobs(self) -> String {
+        match self {
+            BuiltinPlatform::Ecs | BuiltinPlatform::CloudRun => {
+                format!("the jobs of first-class {} runtimes", self.as_str())
+            }
+            BuiltinPlatform::Prometheus | BuiltinPlatform::CloudWatch => {
+                format!("{} protections", self.as_str())
+            }
         }
     }
 }

@@ -176,6 +176,11 @@ pub struct ProtectionObservation {
     pub version: Version,
     pub passed: bool,
     pub summary: String,
+    /// The check could not read its source (a metric system that did not
+    /// answer): `passed` is false, but it is no failure. The gate blocks
+    /// and a post-deployment check waits, whatever the failure behaviour.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inconclusive: bool,
 }
 
 /// Post-deployment checks of the version an instance converged on.

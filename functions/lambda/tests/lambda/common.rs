@@ -41,6 +41,7 @@ pub async fn deployment(dynamodb: &str, moto: &str, margin: Duration) -> Deploym
         ecs: aws_sdk_ecs::Client::new(&sdk),
         logs: aws_sdk_cloudwatchlogs::Client::new(&sdk),
         lambda: aws_sdk_lambda::Client::new(&sdk),
+        cloudwatch: aws_sdk_cloudwatch::Client::new(&sdk),
     };
     Deployment::new(
         clients,

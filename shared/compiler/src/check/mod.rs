@@ -16,6 +16,7 @@ mod ecs;
 mod field_path;
 mod job;
 mod kubernetes;
+mod metric;
 mod notifications;
 mod parameter_values;
 mod parameters;

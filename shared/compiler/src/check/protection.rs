@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use jiff::SignedDuration;
 
 use super::field_path::FieldPath;
-use super::job::{ConstantUse, JobInput};
+use super::job::{ConstantUse, JobInput, TemplateScope};
+use super::metric::article;
 use super::parameters::SecretParams;
 use super::{Checker, DEFAULT_FETCH_TIMEOUT, unknown_name_message, unknown_param_message};
 use crate::config::ParsedDocument;
@@ -16,11 +17,14 @@ use crate::config::schema::{
     FailureBehaviorDoc, LifecycleDoc, ParameterValueDoc, ProtectionAttachmentDoc, ProtectionDoc,
     RunnerDoc,
 };
-use crate::model::{JobTemplate, Protection, ProtectionTemplate, ProtectionUse};
+use crate::model::{JobTemplate, ParamDecl, Protection, ProtectionTemplate, ProtectionUse};
 use crate::template::{Reference, Template};
 use vergence_model::{FailureBehavior, Lifecycle, RunnerKind, RunnerUser, Source};
 
 const DEFAULT_PROTECTION_POLL_INTERVAL: SignedDuration = SignedDuration::from_mins(1);
+/// A metric query answers in well under a second when its source is up;
+/// a longer wait only delays the BLOCK that an unreachable source means.
+const DEFAULT_METRIC_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
 
 impl<'a> Checker<'a> {
     /// Checks a `protection` document and, when it is valid, keeps it for
@@ -29,8 +33,33 @@ impl<'a> Checker<'a> {
         let source = &document.source;
         let root = FieldPath::root("protection");
         let params = self.params(source, &root, &doc.parameters, SecretParams::Refused);
-        let check = match (&doc.task_config, &doc.alert) {
-            (Some(task), None) => {
+        let check = self.protection_check(document, doc, &params);
+        if let Some(check) = check {
+            let protection = Protection {
+                name: doc.name.clone(),
+                params,
+                check,
+                poll_interval: doc
+                    .poll_interval
+                    .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
+            };
+            self.protections.insert(doc.name.clone(), protection);
+        }
+    }
+
+    /// The check a `protection` document gives, its templates parsed;
+    /// `None` after saying what is wrong.
+    fn protection_check(
+        &mut self,
+        document: &'a ParsedDocument,
+        doc: &ProtectionDoc,
+        params: &[ParamDecl],
+    ) -> Option<ProtectionTemplate> {
+        let source = &document.source;
+        let root = FieldPath::root("protection");
+        Some(match self.protection_kind(source, &root, doc)? {
+            "taskConfig" => {
+                let task = doc.task_config.as_ref()?;
                 let by = RunnerUser::Protection(doc.name.clone());
                 let runner = self.runner(source, &root, doc.runner.as_ref(), by);
                 let input = JobInput {
@@ -44,59 +73,90 @@ impl<'a> Checker<'a> {
                     dir: &document.dir,
                     timeout: doc.timeout.map_or(DEFAULT_FETCH_TIMEOUT, |d| d.0),
                     outputs: &[],
-                    params: &params,
+                    params,
                     owner: &format!("protection {}", doc.name),
                 };
                 let job = self.check_job(source, input);
-                job.zip(runner)
-                    .map(|(job, runner)| ProtectionTemplate::Job {
-                        job: Box::new(job),
-                        runner,
-                    })
-            }
-            (None, Some(_)) if doc.runner.is_some() => {
-                self.err(
-                    source,
-                    &root.key("runner"),
-                    "an alert protection runs no job, so it has no runner; remove runner (or give a taskConfig instead of alert)",
-                );
-                None
-            }
-            (None, Some(alert)) => match vergence_model::check_name(alert) {
-                Ok(()) => Some(ProtectionTemplate::Alert(alert.clone())),
-                Err(e) => {
-                    self.err(source, &root.key("alert"), e);
-                    None
+                let (job, runner) = job.zip(runner)?;
+                ProtectionTemplate::Job {
+                    job: Box::new(job),
+                    runner,
                 }
-            },
-            (Some(_), Some(_)) => {
-                self.err(
-                    source,
-                    &root,
-                    "a protection has either taskConfig (a check job) or alert (a state set from outside), not both",
-                );
-                None
             }
-            (None, None) => {
+            "alert" => {
+                let alert = doc.alert.as_ref()?;
+                if let Err(e) = vergence_model::check_name(alert) {
+                    self.err(source, &root.key("alert"), e);
+                    return None;
+                }
+                ProtectionTemplate::Alert(alert.clone())
+            }
+            _ => {
+                let scope = TemplateScope {
+                    params,
+                    owner: &format!("protection {}", doc.name),
+                };
+                ProtectionTemplate::Metric {
+                    check: self.metric(source, &root, doc, &scope)?,
+                    timeout: doc.timeout.map_or(DEFAULT_METRIC_TIMEOUT, |d| d.0),
+                }
+            }
+        })
+    }
+
+    /// Which of the check kinds the protection gives (exactly one), or
+    /// `None` after saying what is wrong. Only a job check has a runner.
+    fn protection_kind(
+        &mut self,
+        source: &Source,
+        root: &FieldPath,
+        doc: &ProtectionDoc,
+    ) -> Option<&'static str> {
+        let given: Vec<&'static str> = [
+            ("taskConfig", doc.task_config.is_some()),
+            ("alert", doc.alert.is_some()),
+            ("prometheus", doc.prometheus.is_some()),
+            ("cloudwatchAlarm", doc.cloudwatch_alarm.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, given)| given.then_some(key))
+        .collect();
+        let kind = match given.as_slice() {
+            [kind] => *kind,
+            [] => {
                 self.err(
                     source,
-                    &root,
-                    "a protection needs taskConfig (a check job, exit 0 = pass) or alert (a state set with `vergence alert set`)",
+                    root,
+                    "a protection needs one check: taskConfig (a check job, exit 0 = pass), \
+                     alert (a state set with `vergence alert set`), prometheus (a PromQL query \
+                     held to a threshold) or cloudwatchAlarm (alarms that must not be in ALARM)",
                 );
-                None
+                return None;
+            }
+            several => {
+                self.err(
+                    source,
+                    root,
+                    format!(
+                        "a protection has one check, not {}: keep one of them",
+                        several.join(" and ")
+                    ),
+                );
+                return None;
             }
         };
-        if let Some(check) = check {
-            let protection = Protection {
-                name: doc.name.clone(),
-                params,
-                check,
-                poll_interval: doc
-                    .poll_interval
-                    .map_or(DEFAULT_PROTECTION_POLL_INTERVAL, |d| d.0),
-            };
-            self.protections.insert(doc.name.clone(), protection);
+        if kind != "taskConfig" && doc.runner.is_some() {
+            self.err(
+                source,
+                &root.key("runner"),
+                format!(
+                    "{} protection runs no job of its own, so it has no runner; remove runner",
+                    article(kind)
+                ),
+            );
+            return None;
         }
+        Some(kind)
     }
 
     /// The job of a check protection. Its templates may not use constants.
@@ -276,7 +336,7 @@ impl<'a> Checker<'a> {
                 self.err(
                     source,
                     &lpath,
-                    "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
+                    "an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig, prometheus or cloudwatchAlarm",
                 );
                 continue;
             }

@@ -653,8 +653,38 @@ pub struct ProtectionDoc {
     /// An alert set from outside (`vergence alert set NAME firing`); the
     /// protection passes while it is not firing.
     pub alert: Option<String>,
+    /// A PromQL query held to a threshold.
+    pub prometheus: Option<PrometheusDoc>,
+    /// CloudWatch alarms, none of which may be in ALARM.
+    pub cloudwatch_alarm: Option<CloudwatchAlarmDoc>,
     pub poll_interval: Option<DurationDoc>,
     pub timeout: Option<DurationDoc>,
     #[serde(default)]
     pub parameters: Vec<ParameterDoc>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusDoc {
+    /// The server's base URL, e.g. `http://prometheus:9090`.
+    pub url: String,
+    pub query: String,
+    pub threshold: ThresholdDoc,
+    /// How long a series must be outside the threshold before it fails.
+    #[serde(rename = "for")]
+    pub for_: Option<DurationDoc>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdDoc {
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudwatchAlarmDoc {
+    pub names: Vec<String>,
+    pub region: Option<String>,
 }

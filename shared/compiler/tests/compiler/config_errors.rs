@@ -192,14 +192,14 @@ fn every_protection_error_names_its_field() {
             "app.yaml:16: application.releaseChannels[0].protections[1].lifecycle: say when the protection runs: preApproval, deployment or postDeployment",
             "app.yaml:19: application.releaseChannels[0].protections[2].lifecycle[0].postDeployment.checkDuration: a post-deployment check needs checkDuration: how long it must pass",
             "app.yaml:21: application.releaseChannels[0].protections[2].lifecycle[2]: lifecycle deployment is given twice",
-            "app.yaml:23: application.releaseChannels[0].protections[3].lifecycle[0]: an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig",
+            "app.yaml:23: application.releaseChannels[0].protections[3].lifecycle[0]: an alert protection guards preApproval or deployment; post-deployment checks need a taskConfig, prometheus or cloudwatchAlarm",
             "app.yaml:30: service.protections[0].ref.name: unknown protection 'nope' (defined: alerts, smoke)",
             "protections.yaml:3: protection.taskConfig.program.cmd[1]: protections cannot use {{.Constants.region}} directly; declare a parameter and pass the constant where the protection is attached",
             "protections.yaml:3: protection.taskConfig.program.cmd[2]: unknown parameter 'missing' in {{.Params.missing}}; protection uses-constant declares key",
             "protections.yaml:5: protection.parameters[0].secret: secret parameters cannot be set by releases; declare the secret on the runtime",
             "protections.yaml:9: protection.alert: name \"Not Valid\" must start with a lowercase letter (a-z)",
-            "protections.yaml:11: protection: a protection has either taskConfig (a check job) or alert (a state set from outside), not both",
-            "protections.yaml:16: protection: a protection needs taskConfig (a check job, exit 0 = pass) or alert (a state set with `vergence alert set`)",
+            "protections.yaml:11: protection: a protection has one check, not taskConfig and alert: keep one of them",
+            "protections.yaml:16: protection: a protection needs one check: taskConfig (a check job, exit 0 = pass), alert (a state set with `vergence alert set`), prometheus (a PromQL query held to a threshold) or cloudwatchAlarm (alarms that must not be in ALARM)",
             "protections.yaml:31: protection.name: protection 'smoke' is defined twice (first in protections.yaml:19)",
         ],
     );
@@ -481,7 +481,7 @@ fn every_runner_error_names_its_field() {
             "runners.yaml:35: runtime.runner.kubernetes.namespace: namespace \"Jobs\" is not a Kubernetes name: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
             "runners.yaml:35: runtime.runner.kubernetes.serviceAccount: serviceAccount \"-sa\" is not a Kubernetes name: at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
             "runners.yaml:40: runtime.runner.local.image: unknown key 'image'; this mapping takes no keys",
-            "runners.yaml:46: protection.runner: an alert protection runs no job, so it has no runner; remove runner (or give a taskConfig instead of alert)",
+            "runners.yaml:46: protection.runner: an alert protection runs no job of its own, so it has no runner; remove runner",
         ],
     );
 }

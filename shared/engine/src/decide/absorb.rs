@@ -87,12 +87,17 @@ impl Decider<'_> {
             return;
         };
         let passed = result.exited_with(0);
+        let inconclusive = matches!(result.outcome, JobOutcome::Inconclusive { .. });
         let summary = if passed {
             "passed".to_owned()
         } else {
             result.describe()
         };
-        let before = self.state.protections.get(&key).map(|o| o.passed);
+        let before = self
+            .state
+            .protections
+            .get(&key)
+            .map(|o| (o.passed, o.inconclusive));
         self.state.protections.insert(
             key.clone(),
             ProtectionObservation {
@@ -100,10 +105,11 @@ impl Decider<'_> {
                 version: flight.version.clone(),
                 passed,
                 summary: summary.clone(),
+                inconclusive,
             },
         );
         // Routine passing checks would flood the audit trail; changes do not.
-        if before != Some(passed) {
+        if before != Some((passed, inconclusive)) {
             self.event(
                 EventKind::ProtectionChanged {
                     protection: key.clone(),
@@ -113,6 +119,8 @@ impl Decider<'_> {
                     "protection {key} {}",
                     if passed {
                         "passes".to_owned()
+                    } else if inconclusive {
+                        format!("cannot be evaluated: {summary}")
                     } else {
                         format!("fails: {summary}")
                     }

@@ -153,6 +153,37 @@ fn a_fail_protection_fails_the_version() {
 }
 
 #[test]
+fn a_fail_protection_that_cannot_read_its_source_blocks_and_never_fails() {
+    let mut s = spec("prod", "v1", None);
+    s.protections = vec![job_protection(
+        "errors",
+        Lifecycle::Deployment {
+            failure_behavior: FailureBehavior::Fail,
+        },
+    )];
+    let mut sim = Sim::new(s);
+    sim.step();
+    let unread = JobOutcome::Inconclusive {
+        message: "cannot reach Prometheus at http://prom:9090: connection refused".into(),
+    };
+    let d = sim.end_with(JobResult::without_output(unread, sim.now));
+    assert!(d.jobs.is_empty(), "no apply while unread");
+    assert_eq!(sim.status(), Status::Blocked, "{}", sim.record.state.reason);
+    assert!(
+        sim.record.state.reason.contains(
+            "protection errors (deployment, of release channel prod) cannot be evaluated: \
+             inconclusive: cannot reach Prometheus"
+        ),
+        "{}",
+        sim.record.state.reason
+    );
+    // Read again at its poll interval; once it reads a pass, the apply goes.
+    sim.now = sim.record.next_check_at.unwrap();
+    assert_eq!(sim.step().jobs[0].kind, JobKind::Protection);
+    assert_eq!(sim.finish(0, "").jobs[0].kind, JobKind::Apply);
+}
+
+#[test]
 fn an_alert_firing_mid_rollout_pauses_the_next_apply_and_resolving_resumes_it() {
     let mut s = spec("prod", "v1", None);
     s.protections = vec![alert_protection("high-errors")];

@@ -1,0 +1,237 @@
+//! `prometheus` protections against a real Prometheus, scraping (every
+//! second) an exporter whose error ratio the test sets.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::SignedDuration;
+use vergence_metrics::{PrometheusChecks, Reading};
+use vergence_model::{Bound, PrometheusCheck, Threshold};
+use vergence_testkit::free_port;
+
+/// The metric the exporter serves, with the value the test set.
+#[derive(Clone)]
+struct Exporter {
+    ratio: Arc<Mutex<f64>>,
+    port: u16,
+}
+
+impl Exporter {
+    async fn start() -> Self {
+        let ratio = Arc::new(Mutex::new(0.01));
+        let served = ratio.clone();
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let value = *served.lock().unwrap();
+                async move {
+                    format!(
+                        "# TYPE shop_error_ratio gauge\nshop_error_ratio{{service=\"web\"}} {value}\n"
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { ratio, port }
+    }
+
+    fn set(&self, value: f64) {
+        *self.ratio.lock().unwrap() = value;
+    }
+}
+
+/// Debian's `prometheus`, scraping the exporter every second; stopped when
+/// dropped.
+struct Prometheus {
+    child: Child,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// `None` (the test skips) without the binary, unless
+    /// `VERGENCE_REQUIRE_SERVICES=1` makes that a failure.
+    fn start(exporter: &Exporter) -> Option<Self> {
+        if Command::new("prometheus")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var("VERGENCE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "prometheus is not installed and VERGENCE_REQUIRE_SERVICES=1: \
+                 scripts/test.sh installs it (apt-get install prometheus)"
+            );
+            println!("skipped: no prometheus on PATH");
+            return None;
+        }
+        let data = tempfile::tempdir().unwrap();
+        let config = data.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+                 scrape_configs:\n  - job_name: shop\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+                exporter.port
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Some(Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _data: data,
+        })
+    }
+}
+
+fn check(url: &str, query: &str, max: f64, for_secs: i64) -> PrometheusCheck {
+    PrometheusCheck {
+        url: url.to_owned(),
+        query: query.to_owned(),
+        threshold: Threshold {
+            min: None,
+            max: Some(Bound(max)),
+        },
+        for_: SignedDuration::from_secs(for_secs),
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(5);
+
+/// Reads `check` until `done` accepts the reading (Prometheus scrapes once
+/// a second), or panics with the last one after 30 s.
+async fn read_until(
+    checks: &PrometheusChecks,
+    check: &PrometheusCheck,
+    done: impl Fn(&Reading) -> bool,
+) -> Reading {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let reading = checks.read_check(check, LIMIT).await;
+        if done(&reading) {
+            return reading;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "last reading: {reading:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_passes_while_healthy_and_fails_once_the_error_ratio_rises() {
+    let exporter = Exporter::start().await;
+    let Some(prometheus) = Prometheus::start(&exporter) else {
+        return;
+    };
+    let checks = PrometheusChecks::new(reqwest::Client::new());
+    let ratio = check(
+        &prometheus.url,
+        r#"shop_error_ratio{service="web"}"#,
+        0.05,
+        0,
+    );
+
+    // Before the first scrape there is no series: no pass by default.
+    let first = checks.read_check(&ratio, LIMIT).await;
+    assert!(!matches!(first, Reading::Fail(_)), "{first:?}");
+    let healthy = read_until(&checks, &ratio, |r| matches!(r, Reading::Pass(_))).await;
+    assert_eq!(healthy, Reading::Pass("1 series at most 0.05: 0.01".into()));
+
+    exporter.set(0.4);
+    let failing = read_until(&checks, &ratio, |r| !matches!(r, Reading::Pass(_))).await;
+    let Reading::Fail(why) = failing else {
+        panic!("{failing:?}");
+    };
+    assert!(
+        why.contains(r#"shop_error_ratio{instance="127.0.0.1:"#)
+            && why.ends_with("= 0.4 is above max 0.05"),
+        "{why}"
+    );
+
+    exporter.set(0.02);
+    read_until(&checks, &ratio, |r| matches!(r, Reading::Pass(_))).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_for_a_breach_fails_only_once_it_lasted_that_long() {
+    let exporter = Exporter::start().await;
+    let Some(prometheus) = Prometheus::start(&exporter) else {
+        return;
+    };
+    let checks = PrometheusChecks::new(reqwest::Client::new());
+    let instant = check(&prometheus.url, "shop_error_ratio", 0.05, 0);
+    let lasting = check(&prometheus.url, "shop_error_ratio", 0.05, 4);
+    read_until(&checks, &instant, |r| matches!(r, Reading::Pass(_))).await;
+    // Let the healthy values fill the window before the breach starts.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    exporter.set(0.5);
+    read_until(&checks, &instant, |r| matches!(r, Reading::Fail(_))).await;
+    let Reading::Pass(pending) = checks.read_check(&lasting, LIMIT).await else {
+        panic!("a breach younger than `for` is pending, not a failure");
+    };
+    assert!(pending.contains("pending: "), "{pending}");
+    let Reading::Fail(why) = read_until(&checks, &lasting, |r| matches!(r, Reading::Fail(_))).await
+    else {
+        unreachable!()
+    };
+    assert!(why.ends_with("= 0.5 is above max 0.05 for 4s"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_that_cannot_answer_is_inconclusive_never_a_pass() {
+    let exporter = Exporter::start().await;
+    let Some(prometheus) = Prometheus::start(&exporter) else {
+        return;
+    };
+    let checks = PrometheusChecks::new(reqwest::Client::new());
+    let healthy = check(&prometheus.url, "shop_error_ratio", 0.05, 0);
+    read_until(&checks, &healthy, |r| matches!(r, Reading::Pass(_))).await;
+
+    // A query Prometheus refuses.
+    let refused = check(&prometheus.url, "sum(shop_error_ratio", 0.05, 0);
+    let Reading::Inconclusive(why) = checks.read_check(&refused, LIMIT).await else {
+        panic!("a refused query is no reading");
+    };
+    assert!(why.contains("refused the query: bad_data"), "{why}");
+    // A series that does not exist.
+    let none = check(&prometheus.url, "shop_latency_seconds", 0.05, 0);
+    let Reading::Inconclusive(why) = checks.read_check(&none, LIMIT).await else {
+        panic!("no series is no reading");
+    };
+    assert!(why.starts_with("the query returned no series"), "{why}");
+    // Nothing listening.
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let Reading::Inconclusive(why) = checks.read_check(&check(&down, "up", 1.0, 0), LIMIT).await
+    else {
+        panic!("an unreachable server is no reading");
+    };
+    assert!(
+        why.starts_with(&format!("cannot reach Prometheus at {down}")),
+        "{why}"
+    );
+}
