@@ -48,6 +48,13 @@ fn write_config(dir: &Path, deployed: &Path, secret_arn: &str) {
       preconditions:
         - releaseChannelStable: {{releaseChannel: staging}}
         - manualApproval: {{name: prod-gate}}
+      protections:
+        - ref: {{name: prod-alarms}}
+          lifecycle: [{{deployment: {{failureBehavior: FAIL}}}}]
+---
+protection:
+  name: prod-alarms
+  cloudwatchAlarm: {{names: [{PROD_ALARM}]}}
 ---
 runtime:
   name: files
@@ -72,6 +79,10 @@ service:
     )
     .unwrap();
 }
+
+/// The CloudWatch alarm prod's deployment protection reads, with the
+/// worker's role (ProtectionAlarms).
+const PROD_ALARM: &str = "shop-prod-5xx";
 
 /// Where the operator keeps the approvals hook's URL (under the stack's
 /// NotificationParameterPath).
@@ -216,6 +227,22 @@ async fn ci_release_approval_and_drift(stack: &Stack) {
         .name(HOOK_URL_PARAMETER)
         .value(&receiver.url)
         .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
+    // The alarm prod's protection reads before every apply, not in ALARM.
+    let cloudwatch =
+        aws_sdk_cloudwatch::Client::new(&stack.account.sdk_config(&stack.contract().admin).await);
+    cloudwatch
+        .put_metric_alarm()
+        .alarm_name(PROD_ALARM)
+        .namespace("Shop")
+        .metric_name("5xx")
+        .statistic(aws_sdk_cloudwatch::types::Statistic::Sum)
+        .period(60)
+        .evaluation_periods(1)
+        .threshold(1.0)
+        .comparison_operator(aws_sdk_cloudwatch::types::ComparisonOperator::GreaterThanThreshold)
         .send()
         .await
         .unwrap();
