@@ -48,15 +48,8 @@ impl Checker<'_> {
             (None, None) => None,
         };
         // One error says it: the rest of a rejected check is not used.
-        if let Some(ConstantUse { path, name }) = constants.into_iter().next() {
-            self.err(
-                source,
-                &path,
-                format!(
-                    "protections cannot use {{{{.Constants.{name}}}}} directly; \
-                     declare a parameter and pass the constant where the protection is attached"
-                ),
-            );
+        if let Some(constant) = constants.into_iter().next() {
+            self.constant_in_protection(source, constant);
             return None;
         }
         metric

@@ -163,19 +163,25 @@ impl<'a> Checker<'a> {
     fn check_job(&mut self, source: &'a Source, input: JobInput<'_>) -> Option<JobTemplate> {
         let mut constant_uses = Vec::new();
         let job = self.job(source, input, &mut constant_uses);
-        // Constants are per release channel and a protection is
-        // attached to many; its values can use them instead.
-        for ConstantUse { path, name } in constant_uses {
-            self.err(
-                source,
-                &path,
-                format!(
-                    "protections cannot use {{{{.Constants.{name}}}}} directly; \
-                     declare a parameter and pass the constant where the protection is attached"
-                ),
-            );
+        for constant in constant_uses {
+            self.constant_in_protection(source, constant);
         }
         job
+    }
+
+    /// Constants are per release channel and a protection is attached to
+    /// many: its templates cannot use them; the values given where it is
+    /// attached can.
+    pub(super) fn constant_in_protection(&mut self, source: &Source, used: ConstantUse) {
+        let ConstantUse { path, name } = used;
+        self.err(
+            source,
+            &path,
+            format!(
+                "protections cannot use {{{{.Constants.{name}}}}} directly; \
+                 declare a parameter and pass the constant where the protection is attached"
+            ),
+        );
     }
 
     /// Checks protections attached at `base` (a release channel or a
