@@ -5,6 +5,9 @@
 // Test support: a failure to copy a fixture is the test's failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
+
 use std::path::{Path, PathBuf};
 
 /// The workspace's root folder.

@@ -1,110 +1,13 @@
 //! `prometheus` protections against a real Prometheus, scraping (every
 //! second) an exporter whose error ratio the test sets.
 
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::SignedDuration;
 use vergence_metrics::{PrometheusChecks, Reading};
 use vergence_model::{Bound, PrometheusCheck, Threshold};
 use vergence_testkit::free_port;
-
-/// The metric the exporter serves, with the value the test set.
-#[derive(Clone)]
-struct Exporter {
-    ratio: Arc<Mutex<f64>>,
-    port: u16,
-}
-
-impl Exporter {
-    async fn start() -> Self {
-        let ratio = Arc::new(Mutex::new(0.01));
-        let served = ratio.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let value = *served.lock().unwrap();
-                async move {
-                    format!(
-                        "# TYPE shop_error_ratio gauge\nshop_error_ratio{{service=\"web\"}} {value}\n"
-                    )
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { ratio, port }
-    }
-
-    fn set(&self, value: f64) {
-        *self.ratio.lock().unwrap() = value;
-    }
-}
-
-/// Debian's `prometheus`, scraping the exporter every second; stopped when
-/// dropped.
-struct Prometheus {
-    child: Child,
-    url: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Prometheus {
-    /// `None` (the test skips) without the binary, unless
-    /// `VERGENCE_REQUIRE_SERVICES=1` makes that a failure.
-    fn start(exporter: &Exporter) -> Option<Self> {
-        if Command::new("prometheus")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            assert!(
-                std::env::var("VERGENCE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "prometheus is not installed and VERGENCE_REQUIRE_SERVICES=1: \
-                 scripts/test.sh installs it (apt-get install prometheus)"
-            );
-            println!("skipped: no prometheus on PATH");
-            return None;
-        }
-        let data = tempfile::tempdir().unwrap();
-        let config = data.path().join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
-                 scrape_configs:\n  - job_name: shop\n    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
-                exporter.port
-            ),
-        )
-        .unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                data.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus");
-        Some(Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            _data: data,
-        })
-    }
-}
+use vergence_testkit::prometheus::{Exporter, Prometheus};
 
 fn check(url: &str, query: &str, max: f64, for_secs: i64) -> PrometheusCheck {
     PrometheusCheck {
@@ -143,7 +46,7 @@ async fn read_until(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_query_passes_while_healthy_and_fails_once_the_error_ratio_rises() {
-    let exporter = Exporter::start().await;
+    let exporter = Exporter::start(0.01);
     let Some(prometheus) = Prometheus::start(&exporter) else {
         return;
     };
@@ -178,7 +81,7 @@ async fn a_query_passes_while_healthy_and_fails_once_the_error_ratio_rises() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_for_a_breach_fails_only_once_it_lasted_that_long() {
-    let exporter = Exporter::start().await;
+    let exporter = Exporter::start(0.01);
     let Some(prometheus) = Prometheus::start(&exporter) else {
         return;
     };
@@ -204,7 +107,7 @@ async fn with_for_a_breach_fails_only_once_it_lasted_that_long() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_source_that_cannot_answer_is_inconclusive_never_a_pass() {
-    let exporter = Exporter::start().await;
+    let exporter = Exporter::start(0.01);
     let Some(prometheus) = Prometheus::start(&exporter) else {
         return;
     };
