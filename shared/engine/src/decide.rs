@@ -141,15 +141,7 @@ impl Decider<'_> {
 
     fn converge(&mut self, desired: &CompiledInstance) {
         self.take_rollback_request(desired);
-        // A new desired version ends a rollback: it is what people asked for next.
-        if self
-            .state
-            .rollback
-            .as_ref()
-            .is_some_and(|r| r.failed_version != desired.version)
-        {
-            self.state.rollback = None;
-        }
+        self.end_rollback(desired);
         let spec = self.effective(desired);
         if let Some(job) = &self.facts.finished_job
             && let (Some(flight), Some(result)) = (self.state.in_flight.clone(), job.result())

@@ -72,7 +72,7 @@ pub(crate) fn earlier_good<'a>(
 /// the desired version is no update to make. `None` without such a rollback.
 pub(crate) fn plan_note(state: &InstanceState, desired: Option<&Version>) -> Option<String> {
     let rollback = state.rollback.as_ref()?;
-    if Some(&rollback.failed_version) != desired {
+    if desired.map(Version::release) != Some(rollback.failed_version.release()) {
         return None;
     }
     let (failed, to) = (&rollback.failed_version, &rollback.to.version);
@@ -82,7 +82,9 @@ pub(crate) fn plan_note(state: &InstanceState, desired: Option<&Version>) -> Opt
         "rolling back"
     };
     Some(match &rollback.requested_by {
-        None => format!("{went} to {to}; {failed} failed — push a new release"),
+        None => format!(
+            "{went} to {to}; {failed} failed — push a new release, or release or approve {failed} again"
+        ),
         Some(actor) => {
             format!("{went} to {to} as {actor} asked; push a new release to move on from {failed}")
         }
@@ -126,6 +128,17 @@ pub(crate) enum Shown {
     Held { reason: String },
 }
 
+/// What keeps the version a rollback left from being applied again, and
+/// what lets it be: the same words in the reason and in `explain`.
+pub(crate) fn held(rollback: &Rollback) -> String {
+    let failed = &rollback.failed_version;
+    format!(
+        "{} is held here (no check or config push applies it again) until it is released again, \
+         approved with --version {failed}, or a newer version is pushed",
+        failed.release()
+    )
+}
+
 /// How `status` (with `reason`) reads while `rollback` runs.
 pub(crate) fn shown(rollback: &Rollback, status: Status, reason: &str) -> Shown {
     let to = &rollback.to.version;
@@ -140,7 +153,7 @@ pub(crate) fn shown(rollback: &Rollback, status: Status, reason: &str) -> Shown 
         Status::Converged => {
             let message = format!("rolled back to {to}: {why}");
             Shown::RolledBack {
-                reason: format!("{message}; push a new version to move on"),
+                reason: format!("{message}; {}", held(rollback)),
                 message,
             }
         }
@@ -255,7 +268,9 @@ mod tests {
         failed.status = Status::RolledBack;
         assert_eq!(
             plan_note(&failed, Some(&n("v3"))).as_deref(),
-            Some("rolled back to v2; v3 failed — push a new release")
+            Some(
+                "rolled back to v2; v3 failed — push a new release, or release or approve v3 again"
+            )
         );
         // A newer desired version ends the rollback: an update again.
         assert_eq!(plan_note(&failed, Some(&n("v4"))), None);
@@ -305,9 +320,10 @@ mod tests {
             shown(&auto, Status::Converged, "converged on v2"),
             Shown::RolledBack {
                 message: "rolled back to v2: v3 failed (smoke failed)".into(),
-                reason:
-                    "rolled back to v2: v3 failed (smoke failed); push a new version to move on"
-                        .into(),
+                reason: "rolled back to v2: v3 failed (smoke failed); v3 is held here (no check \
+                         or config push applies it again) until it is released again, approved \
+                         with --version v3, or a newer version is pushed"
+                    .into(),
             }
         );
         assert_eq!(

@@ -356,6 +356,11 @@ pub struct InstanceState {
     pub rollback: Option<Rollback>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_request: Option<RollbackRequest>,
+    /// Someone asked for the version this instance rolled back from to be
+    /// applied again (it was released again, or approved explicitly); the
+    /// engine ends the hold of a failed version only then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_request: Option<crate::RetryRequest>,
     /// getInfo's outputs when it printed the structured form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub info: Vec<InfoOutput>,
@@ -395,6 +400,7 @@ impl InstanceState {
             previous_good: None,
             rollback: None,
             rollback_request: None,
+            retry_request: None,
             info: Vec::new(),
             info_text: None,
             info_failure: None,

@@ -229,6 +229,16 @@ pub struct RollbackRequest {
     pub at: Timestamp,
 }
 
+/// A request to apply again a version this instance rolled back from:
+/// the version released again, or approved explicitly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryRequest {
+    pub version: Version,
+    pub actor: String,
+    pub at: Timestamp,
+}
+
 /// Operator controls on an instance, set through the CLI or API and read by
 /// the engine; the engine never changes them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -65,6 +65,16 @@ impl Version {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The release this version runs, without a config change on top of
+    /// it (`v42` of `v42+cfg-…`); a version made from the config alone is
+    /// its own. What a failed version is remembered by: the same release
+    /// under a pushed config is still the version that failed.
+    pub fn release(&self) -> &str {
+        self.0
+            .split_once("+cfg-")
+            .map_or(&self.0, |(release, _)| release)
+    }
 }
 
 impl Serialize for Version {

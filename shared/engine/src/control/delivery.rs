@@ -9,7 +9,7 @@ use vergence_model::ports::{
 };
 use vergence_model::{
     ApplicationName, Approval, Event, EventFilter, EventKind, InstanceKey, InstanceRecord,
-    ParamValue, Release, ServiceName, Version,
+    InstanceState, ParamValue, Release, RetryRequest, ServiceName, Version,
 };
 
 use super::Control;
@@ -130,14 +130,18 @@ impl Control {
             .collect();
         let now = self.clock.now();
         let mut instances = Vec::new();
+        let mut asked_again = Vec::new();
         for (key, state) in desired {
             let mut record = read
                 .remove(&key)
                 .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
-            if follow(&mut record, &state, model.hash()) {
+            let followed = follow(&mut record, &state, model.hash());
+            let again = ask_again(&mut record, version, asked.actor, now);
+            if followed || again.is_some() {
                 ports::changed_now(&mut record, now);
                 instances.push(record);
             }
+            asked_again.extend(again);
         }
         let keys = instances.iter().map(|r| r.key.clone()).collect();
         let mut events = vec![Event {
@@ -152,6 +156,7 @@ impl Control {
             },
             message: format!("release {version} of {service} pushed"),
         }];
+        events.extend(asked_again);
         let scope = format!(
             "release-{application}-{service}-{version}-{}",
             release.created_at.as_millisecond()
@@ -204,6 +209,7 @@ impl Control {
             .get_instance(key)
             .await?
             .ok_or_else(|| Error::not_found(format!("instance {key}")))?;
+        let explicit = version.cloned();
         let version = match version {
             // The desired version (one made from the config alone has no
             // release), the one a rollback goes to, or a release.
@@ -241,6 +247,16 @@ impl Control {
             at: self.clock.now(),
         };
         self.store.put_approval(&approval).await?;
+        // Approving by name the version that failed here is asking for it
+        // again: the hold of a failed version ends.
+        if let Some(asked) = explicit.filter(|v| failed_here(&record.state, v)) {
+            let actor = actor.to_owned();
+            let at = approval.at;
+            self.update_instance(key, |r| {
+                ask_again(r, &asked, &actor, at).into_iter().collect()
+            })
+            .await?;
+        }
         let event = Event::for_instance(
             key,
             approval.at,
@@ -328,6 +344,49 @@ impl Control {
 
     pub async fn events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
         self.store.list_events(filter).await
+    }
+}
+
+/// Asks for `version` again where it failed: released again, or approved
+/// by name. The instance then drops the hold of that version (its
+/// rollback) or retries it from its first attempt (when it failed with
+/// nothing to roll back to); the event says who asked. `None` where the
+/// version did not fail.
+fn ask_again(
+    record: &mut InstanceRecord,
+    version: &Version,
+    actor: &str,
+    at: jiff::Timestamp,
+) -> Option<Event> {
+    if !failed_here(&record.state, version) {
+        return None;
+    }
+    record.state.retry_request = Some(RetryRequest {
+        version: version.clone(),
+        actor: actor.to_owned(),
+        at,
+    });
+    Some(Event::for_instance(
+        &record.key,
+        at,
+        actor,
+        EventKind::ChecksRequested,
+        format!(
+            "{actor} asked for {version} again in {}, where it failed: it is applied again",
+            record.key.release_channel
+        ),
+    ))
+}
+
+/// Whether `version` failed in this instance: it rolled back from it, or
+/// it failed with nothing to roll back to.
+fn failed_here(state: &InstanceState, version: &Version) -> bool {
+    match &state.rollback {
+        Some(rollback) => rollback.failed_version.release() == version.release(),
+        None => state
+            .target
+            .as_ref()
+            .is_some_and(|t| t.failed.is_some() && t.version.release() == version.release()),
     }
 }
 

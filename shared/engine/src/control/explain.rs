@@ -79,6 +79,7 @@ fn controls(record: &InstanceRecord) -> Vec<String> {
             moment(r.started_at),
             r.reason
         ));
+        lines.push(format!("  held: {}", crate::rollback::held(r)));
     }
     lines
 }

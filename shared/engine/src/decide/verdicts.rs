@@ -3,11 +3,13 @@
 //! version converged, remembers good versions, and starts and shows
 //! rollbacks as [`crate::rollback`] chooses them.
 
+use jiff::Timestamp;
+
 use super::Decider;
 use crate::{post_deployment, rollback};
 use vergence_model::{
     CompiledInstance, CompiledProtection, EventKind, LifecycleKind, PostDeployment, Rollback,
-    RollbackTarget, Status, WaitCause,
+    RollbackTarget, Status, Version, WaitCause,
 };
 
 impl Decider<'_> {
@@ -128,6 +130,42 @@ impl Decider<'_> {
                     request.actor
                 ),
             ),
+        }
+    }
+
+    /// A rollback, and with it the hold of the version it left, ends when
+    /// another release is desired (a config pushed under the same release
+    /// keeps it), or when someone asks for that version again: released
+    /// again, or approved explicitly. Nothing else applies a version that
+    /// failed here again: no drift check, no config push, no `up`. Asked
+    /// for again where it failed with nothing to roll back to, it is
+    /// retried from its first attempt.
+    pub(super) fn end_rollback(&mut self, desired: &CompiledInstance) {
+        let retry = self.state.retry_request.take();
+        let asked = |failed: &Version, after: Timestamp| {
+            retry
+                .as_ref()
+                .is_some_and(|r| r.version.release() == failed.release() && r.at >= after)
+        };
+        match &self.state.rollback {
+            Some(rollback) => {
+                if asked(&rollback.failed_version, rollback.started_at)
+                    || desired.version.release() != rollback.failed_version.release()
+                {
+                    self.state.rollback = None;
+                }
+            }
+            None => {
+                if let Some(target) = self.state.target.as_mut()
+                    && target.failed.is_some()
+                    && asked(&target.version, Timestamp::MIN)
+                {
+                    target.failed = None;
+                    target.apply_failures = 0;
+                    target.fetch_failures = 0;
+                    target.retry_at = None;
+                }
+            }
         }
     }
 

@@ -193,3 +193,72 @@ fn a_failing_post_deployment_check_starts_no_other_check_beside_the_rollback() {
         .collect();
     assert_eq!(jobs, [(JobKind::Apply, "v1")], "only the rollback's apply");
 }
+
+/// v2 failed its post-deployment check in prod and rolled back to v1.
+fn rolled_back_from_v2() -> Sim {
+    let mut sim = converged_v1_with_checks();
+    let mut v2 = sim.record.desired.compiled().unwrap().clone();
+    v2.version = "v2".parse().unwrap();
+    v2.apply.job = crate::tests::job_spec("./apply-v2").into();
+    sim.set_desired(v2);
+    sim.step();
+    sim.finish(0, "");
+    sim.now = sim.record.next_check_at.unwrap();
+    sim.step();
+    sim.finish(1, "");
+    sim.finish(0, "");
+    assert_eq!(sim.status(), Status::RolledBack);
+    sim
+}
+
+#[test]
+fn a_version_that_failed_is_held_through_drift_checks_and_config_pushes() {
+    let mut sim = rolled_back_from_v2();
+    assert!(
+        sim.record
+            .state
+            .reason
+            .contains("v2 is held here (no check or config push applies it again)"),
+        "{}",
+        sim.record.state.reason
+    );
+    // Drift found by a fetch is healed with the version rolled back to.
+    sim.advance(SignedDuration::from_hours(2));
+    assert!(sim.step().jobs.iter().all(|j| j.version == "v1"));
+    // A config pushed under the same release (a new command) keeps v2 held.
+    let mut pushed = sim.record.desired.compiled().unwrap().clone();
+    pushed.version = "v2+cfg-0a1b2c".parse().unwrap();
+    pushed.apply.job = crate::tests::job_spec("./apply-v2-fixed").into();
+    sim.set_desired(pushed);
+    let d = sim.step();
+    assert!(d.jobs.iter().all(|j| j.version == "v1"), "{:?}", d.jobs);
+    assert!(sim.record.state.rollback.is_some());
+}
+
+#[test]
+fn a_version_that_failed_is_applied_again_when_asked_for_again() {
+    let mut sim = rolled_back_from_v2();
+    // A request older than the rollback (an approval given before v2
+    // failed) asks for nothing.
+    sim.record.state.retry_request = Some(RetryRequest {
+        version: "v2".parse().unwrap(),
+        actor: "ci".into(),
+        at: sim.record.state.rollback.as_ref().unwrap().started_at - SignedDuration::from_secs(1),
+    });
+    assert!(sim.step().jobs.is_empty());
+    assert!(sim.record.state.rollback.is_some());
+    assert!(sim.record.state.retry_request.is_none(), "taken up");
+
+    sim.record.state.retry_request = Some(RetryRequest {
+        version: "v2".parse().unwrap(),
+        actor: "ci".into(),
+        at: sim.now,
+    });
+    let d = sim.step();
+    assert_eq!(
+        (d.jobs[0].kind, d.jobs[0].version.as_str()),
+        (JobKind::Apply, "v2"),
+        "released again: applied again"
+    );
+    assert!(sim.record.state.rollback.is_none());
+}
