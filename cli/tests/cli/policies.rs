@@ -3,6 +3,7 @@
 //! post-deployment check, a plan-bound approval invalidated by a new plan.
 
 use crate::common::Project;
+use vergence_testkit::prometheus::{Exporter, Prometheus};
 
 /// staging → prod; the apply writes "<version>" to deployed/<channel>.txt
 /// and appends to deployed.log. Extra YAML for prod and the service is
@@ -133,6 +134,78 @@ fn a_failing_check_job_blocks_prod_until_it_passes() {
     assert!(project.file("deployed/prod.txt").exists());
 }
 
+/// prod guarded by a `prometheus` protection reading the exporter's error
+/// ratio, with `failure` as its failure behaviour, at `url`.
+fn guarded_by_prometheus(url: &str, failure: &str) -> Project {
+    two_channels(
+        &format!(
+            "      protections:\n        - ref: {{name: error-ratio}}\n          lifecycle: [{{deployment: {{failureBehavior: {failure}}}}}]"
+        ),
+        "",
+        &format!(
+            "---\nprotection:\n  name: error-ratio\n  prometheus:\n    url: {url}\n    query: 'shop_error_ratio{{service=\"web\"}}'\n    threshold: {{max: 0.05}}\n  pollInterval: 1s\n"
+        ),
+    )
+}
+
+#[test]
+fn a_prometheus_protection_holds_prod_while_the_error_ratio_is_high() {
+    let exporter = Exporter::start(0.4);
+    let Some(prometheus) = Prometheus::start(&exporter) else {
+        return;
+    };
+    exporter.wait_scraped();
+    let project = guarded_by_prometheus(&prometheus.url, "BLOCK");
+    project.up(3);
+    assert_eq!(project.instance("api", "staging")["status"], "CONVERGED");
+    let prod = project.instance("api", "prod");
+    assert_eq!(prod["status"], "BLOCKED", "{prod}");
+    let reason = prod["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(
+            "protection error-ratio (deployment, BLOCK of release channel prod) is failing"
+        ) && reason.contains("= 0.4 is above max 0.05"),
+        "{reason}"
+    );
+    assert!(!project.file("deployed/prod.txt").exists());
+
+    exporter.set(0.01);
+    exporter.wait_scraped();
+    project.up(0);
+    assert!(project.file("deployed/prod.txt").exists());
+}
+
+#[test]
+fn a_prometheus_that_cannot_be_reached_blocks_and_fails_nothing() {
+    // A FAIL protection whose server is not there: BLOCKED, not FAILED.
+    let down = format!("http://127.0.0.1:{}", vergence_testkit::free_port());
+    let project = guarded_by_prometheus(&down, "FAIL");
+    project.up(3);
+    let prod = project.instance("api", "prod");
+    assert_eq!(prod["status"], "BLOCKED", "{prod}");
+    let reason = prod["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "protection error-ratio (deployment, of release channel prod) cannot be evaluated: inconclusive: cannot reach Prometheus at {down}"
+        )),
+        "{reason}"
+    );
+    assert!(!project.file("deployed/prod.txt").exists());
+    let changed: Vec<_> = project
+        .events(&[])
+        .into_iter()
+        .filter(|e| e["type"] == "protectionChanged")
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(
+        changed[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("protection error-ratio@deployment cannot be evaluated: "),
+        "{changed:?}"
+    );
+}
+
 #[test]
 fn a_failed_post_deployment_check_rolls_back_and_is_not_promoted() {
     let project = two_channels(
@@ -182,6 +255,71 @@ fn a_failed_post_deployment_check_rolls_back_and_is_not_promoted() {
     project.vergence(&["release", "api", "v3"]);
     project.up(0);
     assert_eq!(project.read("deployed/prod.txt").trim(), "v3");
+}
+
+#[test]
+fn a_version_that_failed_is_held_until_it_is_released_or_approved_again() {
+    let project = two_channels(
+        "",
+        "  protections:\n    - ref: {name: smoke}\n      lifecycle: [{postDeployment: {checkDuration: 1s}}]",
+        "---\nprotection:\n  name: smoke\n  taskConfig:\n    program:\n      cmd: [sh, -c, 'if grep -q bad \"deployed/$VERGENCE_RELEASE_CHANNEL.txt\"; then echo \"smoke test failed\" >&2; exit 1; fi']\n  pollInterval: 1s\n",
+    );
+    project.vergence(&["release", "api", "v1"]);
+    project.up(0);
+    project.vergence(&["release", "api", "v2-bad"]);
+    project.up(2);
+    let applied = |project: &Project| {
+        project
+            .read("deployed.log")
+            .matches("staging v2-bad")
+            .count()
+    };
+    assert_eq!(applied(&project), 1);
+
+    // Held: another `up` (which retries failed versions) leaves it alone.
+    project.up(2);
+    assert_eq!(applied(&project), 1, "held through another up");
+    assert_eq!(project.instance("api", "staging")["status"], "ROLLED_BACK");
+    let explain = project.vergence(&["explain", "api", "--release-channel", "staging"]);
+    assert!(
+        explain.stdout.contains("held: v2-bad is held here (no check or config push applies it again) until it is released again, approved with --version v2-bad"),
+        "{explain}"
+    );
+
+    // Released again: applied again (and, failing again, rolled back again).
+    let again = project.vergence(&["release", "api", "v2-bad"]);
+    assert_eq!(again.code, 0, "{again}");
+    project.up(2);
+    assert_eq!(applied(&project), 2, "released again");
+    assert_eq!(project.read("deployed/staging.txt").trim(), "v1");
+
+    // Approved by name: applied again.
+    let approve = project.vergence(&[
+        "approve",
+        "--app",
+        "shop",
+        "--service",
+        "api",
+        "--release-channel",
+        "staging",
+        "--version",
+        "v2-bad",
+    ]);
+    assert_eq!(approve.code, 0, "{approve}");
+    project.up(2);
+    assert_eq!(applied(&project), 3, "approved by name");
+    let asked: Vec<String> = project
+        .events(&["--release-channel", "staging"])
+        .iter()
+        .filter(|e| e["type"] == "checksRequested")
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(
+        asked.iter().all(|m| m
+            .ends_with("asked for v2-bad again in staging, where it failed: it is applied again")),
+        "{asked:?}"
+    );
 }
 
 #[test]

@@ -244,3 +244,105 @@ fn an_agent_token_is_made_for_one_agent_and_can_do_no_application_work() {
         "{release}"
     );
 }
+
+/// A real Prometheus evaluates an alerting rule on an exporter the test
+/// controls and a real Alertmanager delivers it to `vergence serve`'s
+/// webhook with an admin token: the alert fires, then resolves, as
+/// Alertmanager says, and the instance it guards is held meanwhile.
+#[test]
+fn a_real_alertmanager_fires_and_resolves_an_alert_through_the_webhook() {
+    use vergence_testkit::prometheus::{Alertmanager, Exporter, Prometheus};
+
+    let project = Project::empty();
+    project.write(
+        "config.yaml",
+        "runtime:\n  name: files\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > $VERGENCE_RELEASE_CHANNEL.txt']\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: files}]\n      protections:\n        - ref: {name: no-high-errors}\n          lifecycle: [{deployment: {}}]\n---\nservice:\n  name: web\n  runtime: files\n---\nprotection:\n  name: no-high-errors\n  alert: higherrors\n",
+    );
+    let server = Server::start(&project, &[]);
+    let admin = create_token(&project, &["admin"]);
+    let pushed = remote(
+        &project,
+        &server,
+        &admin,
+        &["configs", "push", project.path().to_str().unwrap()],
+    );
+    assert_eq!(pushed.code, 0, "{pushed}");
+
+    let exporter = Exporter::start(0.01);
+    let Some(alertmanager) = Alertmanager::start(&format!(
+        "route: {{receiver: vergence, group_by: [alertname], group_wait: 1s, group_interval: 1s, repeat_interval: 1h}}\n\
+         receivers:\n  - name: vergence\n    webhook_configs:\n      - url: {}/v1/alerts/alertmanager\n        send_resolved: true\n        http_config: {{authorization: {{type: Bearer, credentials: {admin}}}}}\n",
+        server.url
+    )) else {
+        return;
+    };
+    let rules = "groups:\n  - name: shop\n    rules:\n      - alert: HighErrors\n        expr: shop_error_ratio > 0.05\n        annotations: {summary: error ratio above 5%}\n";
+    let Some(_prometheus) = Prometheus::start_alerting(&exporter, Some((rules, &alertmanager.url)))
+    else {
+        return;
+    };
+
+    let alert = |firing: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed = remote(&project, &server, &admin, &["alert", "list"]);
+            assert_eq!(listed.code, 0, "{listed}");
+            let line = listed.stdout.lines().find(|l| l.starts_with("higherrors "));
+            if line.is_some_and(|l| l.split_whitespace().nth(1) == Some(firing)) {
+                return line.unwrap().to_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "higherrors never {firing}: {listed}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    exporter.set(0.4);
+    let fired = alert("firing");
+    assert!(fired.contains("error ratio above 5%"), "{fired}");
+    // Released while it fires, prod is held by the protection.
+    let released = remote(
+        &project,
+        &server,
+        &admin,
+        &["release", "web", "v2", "--app", "shop"],
+    );
+    assert_eq!(released.code, 0, "{released}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = instances(&remote(
+            &project,
+            &server,
+            &admin,
+            &["status", "--app", "shop", "--output", "json"],
+        ));
+        if status[0]["status"] == "BLOCKED" {
+            let reason = status[0]["reason"].as_str().unwrap();
+            assert!(reason.contains("alert higherrors is firing"), "{reason}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "prod never BLOCKED: {status:#?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    exporter.set(0.01);
+    alert("resolved");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = instances(&remote(
+            &project,
+            &server,
+            &admin,
+            &["status", "--app", "shop", "--output", "json"],
+        ));
+        if status[0]["status"] == "CONVERGED" && status[0]["currentVersion"] == "v2" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prod never got v2 once the alert resolved: {status:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
