@@ -158,6 +158,15 @@ pub enum EcsError {
         source: BoxError,
     },
 
+    #[error("DescribeServiceDeployments of service {service} ({deployment}) failed: {detail}")]
+    DescribeServiceDeployments {
+        service: String,
+        deployment: String,
+        detail: String,
+        #[source]
+        source: BoxError,
+    },
+
     #[error("CreateService of service {service} in cluster {cluster} failed: {detail}")]
     CreateService {
         cluster: String,

@@ -6,7 +6,10 @@
 //! images is drifted; either way the engine applies again (drift
 //! remediation).
 
-use aws_sdk_ecs::types::{Deployment, DeploymentRolloutState, Service, TaskDefinitionField};
+use aws_sdk_ecs::types::{
+    Deployment, DeploymentRolloutState, DeploymentStrategy, Service, ServiceDeployment,
+    ServiceDeploymentLifecycleStage, ServiceDeploymentStatus, TaskDefinitionField,
+};
 use serde_json::{Value, json};
 use tracing::info;
 use vergence_model::EcsService;
@@ -60,7 +63,10 @@ async fn observe(
         (d.running_count(), d.desired_count())
     });
     let older = found.deployments().len().saturating_sub(1);
-    let (status, reason) = status(primary, older, running, desired);
+    let (status, reason) = match native_deployment(clients, service, found).await? {
+        Some(deployment) => native_status(found, &deployment),
+        None => status(primary, older, running, desired),
+    };
     let mut message = vec![format!("{arn}: {running}/{desired} tasks running")];
     message.extend(reason);
     if older > 0 {
@@ -276,6 +282,101 @@ fn status(
         None => "PENDING",
     };
     (state, reason)
+}
+
+/// The service's current deployment when ECS itself shifts its traffic
+/// (a CANARY, LINEAR or BLUE_GREEN strategy): its lifecycle stage and its
+/// own rollback (on alarms, on the circuit breaker) are the rollout's
+/// state. `None` for a rolling deployment, which the deployments of
+/// DescribeServices say all of.
+async fn native_deployment(
+    clients: &EcsClients,
+    service: &EcsService,
+    found: &Service,
+) -> Result<Option<ServiceDeployment>, EcsError> {
+    let native = found
+        .deployment_configuration()
+        .and_then(|c| c.strategy())
+        .is_some_and(|s| !matches!(s, DeploymentStrategy::Rolling));
+    let Some(arn) = found.current_service_deployment().filter(|_| native) else {
+        return Ok(None);
+    };
+    let described = clients
+        .ecs
+        .describe_service_deployments()
+        .service_deployment_arns(arn)
+        .send()
+        .await
+        .map_err(|e| EcsError::DescribeServiceDeployments {
+            service: service.service_name.clone(),
+            deployment: arn.to_owned(),
+            detail: describe(&e),
+            source: Box::new(e),
+        })?;
+    Ok(described.service_deployments().first().cloned())
+}
+
+/// The rollout state of a deployment ECS shifts itself: PENDING with its
+/// lifecycle stage while it runs, FAILED once ECS rolls it back (alarms,
+/// circuit breaker, or a stop), with ECS's reason.
+fn native_status(
+    found: &Service,
+    deployment: &ServiceDeployment,
+) -> (&'static str, Option<String>) {
+    let config = found.deployment_configuration();
+    let strategy = config
+        .and_then(|c| c.strategy())
+        .map_or("", DeploymentStrategy::as_str);
+    let shift = match config {
+        Some(c) if strategy == "CANARY" => c
+            .canary_configuration()
+            .and_then(|k| k.canary_percent())
+            .map(|p| format!(" of {p}% first")),
+        Some(c) if strategy == "LINEAR" => c
+            .linear_configuration()
+            .and_then(|l| l.step_percent())
+            .map(|p| format!(" by {p}% steps")),
+        _ => None,
+    }
+    .unwrap_or_default();
+    let stage = deployment
+        .lifecycle_stage()
+        .map_or("starting", ServiceDeploymentLifecycleStage::as_str);
+    let triggered = deployment
+        .alarms()
+        .map(|a| a.triggered_alarm_names().join(", "))
+        .filter(|names| !names.is_empty())
+        .map(|names| format!(" (alarms in ALARM: {names})"))
+        .unwrap_or_default();
+    let why = deployment
+        .rollback()
+        .and_then(|r| r.reason())
+        .or(deployment.status_reason())
+        .unwrap_or("no reason given");
+    match deployment.status() {
+        Some(ServiceDeploymentStatus::Successful) => ("SUCCEEDED", None),
+        Some(
+            ServiceDeploymentStatus::RollbackRequested
+            | ServiceDeploymentStatus::RollbackInProgress
+            | ServiceDeploymentStatus::RollbackSuccessful
+            | ServiceDeploymentStatus::RollbackFailed
+            | ServiceDeploymentStatus::Stopped,
+        ) => (
+            "FAILED",
+            Some(format!(
+                "ECS rolled the {strategy} deployment back ({}){triggered}: {why}",
+                deployment
+                    .status()
+                    .map_or("", ServiceDeploymentStatus::as_str)
+            )),
+        ),
+        _ => (
+            "PENDING",
+            Some(format!(
+                "ECS {strategy} deployment{shift}: {stage}{triggered}"
+            )),
+        ),
+    }
 }
 
 fn console_url(clients: &EcsClients, service: &EcsService) -> String {

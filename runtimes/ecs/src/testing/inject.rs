@@ -67,6 +67,15 @@ enum Rewrite {
     /// DescribeTaskDefinition: the task's `cpu` and `memory` in units, as
     /// ECS keeps them whatever was registered (`0.25 vCPU` is `256`).
     TaskSizeInUnits,
+    /// DescribeServices: `service` deploys with ECS's own `strategy`
+    /// (its deploymentConfiguration as ECS returns it) and its current
+    /// service deployment is `deployment`, which DescribeServiceDeployments
+    /// answers (moto knows neither).
+    ServiceDeployment {
+        service: String,
+        configuration: Value,
+        deployment: Value,
+    },
 }
 
 /// A deployment's rollout state, as ECS reports it.
@@ -126,6 +135,23 @@ impl Injector {
             task_definition: task_definition.map(str::to_owned),
             state: state.as_str(),
         });
+    }
+
+    /// From now on, `service` deploys with ECS's own strategy: its
+    /// `deploymentConfiguration` is `configuration`, and its current
+    /// service deployment, as DescribeServiceDeployments describes it, is
+    /// `deployment` (its ARN is made up here).
+    pub fn service_deployment(&self, service: &str, configuration: Value, mut deployment: Value) {
+        deployment["serviceDeploymentArn"] = json!(Self::service_deployment_arn(service));
+        self.push(Rewrite::ServiceDeployment {
+            service: service.to_owned(),
+            configuration,
+            deployment,
+        });
+    }
+
+    fn service_deployment_arn(service: &str) -> String {
+        format!("arn:aws:ecs:us-east-1:123456789012:service-deployment/vergence/{service}/injected")
     }
 
     pub fn stop_task_not_found(&self) {
@@ -211,10 +237,21 @@ impl Intercept for Injector {
             tokio::runtime::Handle::current().block_on(ByteStream::new(body).collect())
         })?
         .into_bytes();
-        let mut body: Value = serde_json::from_slice(&bytes)?;
+        let mut body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let mut status = response.status().as_u16();
         if operation == "DescribeServices" {
             roll_out(&rewrites, &mut body);
+        }
+        if operation == "DescribeServiceDeployments" {
+            // moto has no such operation: the newest rule answers it.
+            if let Some(Rewrite::ServiceDeployment { deployment, .. }) = rewrites
+                .iter()
+                .rev()
+                .find(|r| matches!(r, Rewrite::ServiceDeployment { .. }))
+            {
+                body = json!({"serviceDeployments": [deployment], "failures": []});
+                status = 200;
+            }
         }
         for rewrite in rewrites.iter().filter(|r| applies(r, &operation)) {
             status = rewrite_body(rewrite, &mut body).unwrap_or(status);
@@ -241,6 +278,10 @@ fn applies(rewrite: &Rewrite, operation: &str) -> bool {
             | (Rewrite::StopTaskNotFound, "StopTask")
             | (Rewrite::Rollout { .. }, "DescribeServices")
             | (Rewrite::TaskSizeInUnits, "DescribeTaskDefinition")
+            | (
+                Rewrite::ServiceDeployment { .. },
+                "DescribeServices" | "DescribeServiceDeployments"
+            )
     )
 }
 
@@ -282,6 +323,20 @@ fn rewrite_body(rewrite: &Rewrite, body: &mut Value) -> Option<u16> {
         }
         // All of a response's rollout rules are applied together.
         Rewrite::Rollout { .. } => None,
+        Rewrite::ServiceDeployment {
+            service,
+            configuration,
+            ..
+        } => {
+            for described in body["services"].as_array_mut()? {
+                if described["serviceName"].as_str() == Some(service) {
+                    described["deploymentConfiguration"] = configuration.clone();
+                    described["currentServiceDeployment"] =
+                        json!(Injector::service_deployment_arn(service));
+                }
+            }
+            None
+        }
         Rewrite::TaskSizeInUnits => {
             let task = body["taskDefinition"].as_object_mut()?;
             for (key, unit) in [("cpu", "vcpu"), ("memory", "gb")] {

@@ -572,3 +572,57 @@ async fn a_service_someone_else_made_that_differs_is_a_takeover_unless_adopt_app
     assert_eq!(output["objects"][0]["takeover"], Value::Null);
     assert_eq!(bed.moto.injector.calls("UpdateService"), 1);
 }
+
+/// A service deployed with ECS's own CANARY strategy: the fetch reads the
+/// current service deployment (its lifecycle stage while it shifts
+/// traffic and bakes) and reports ECS's own rollback, on an alarm, as the
+/// rollout failing, with ECS's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecs_own_canary_deployment_is_read_back_stage_by_stage_and_its_rollback_fails_the_rollout()
+{
+    let Some(bed) = bed().await else { return };
+    bed.moto
+        .injector
+        .rollout(&bed.name, None, Rollout::InProgress);
+    let v1 = bed.service("v1", "registry.example.com/web:1");
+    bed.apply(&v1).await;
+    let canary = json!({
+        "strategy": "CANARY",
+        "bakeTimeInMinutes": 5,
+        "canaryConfiguration": {"canaryPercent": 10.0, "canaryBakeTimeInMinutes": 3},
+        "alarms": {"alarmNames": ["web-5xx"], "enable": true, "rollback": true},
+    });
+    bed.moto.injector.service_deployment(
+        &bed.name,
+        canary.clone(),
+        json!({"status": "IN_PROGRESS", "lifecycleStage": "BAKE_TIME"}),
+    );
+    let (output, verdict, _) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::InProgress);
+    assert_eq!(output["objects"][0]["status"], "PENDING");
+    let message = output["objects"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ECS CANARY deployment of 10% first: BAKE_TIME"),
+        "{message}"
+    );
+
+    bed.moto.injector.service_deployment(
+        &bed.name,
+        canary,
+        json!({
+            "status": "ROLLBACK_SUCCESSFUL",
+            "lifecycleStage": "CLEAN_UP",
+            "alarms": {"status": "TRIGGERED", "alarmNames": ["web-5xx"], "triggeredAlarmNames": ["web-5xx"]},
+            "rollback": {"reason": "Rolled back because alarm web-5xx went into ALARM"},
+        }),
+    );
+    let (output, verdict, summary) = bed.fetch(&v1).await;
+    assert_eq!(verdict, FetchVerdict::Failed, "{summary}");
+    let message = output["objects"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "ECS rolled the CANARY deployment back (ROLLBACK_SUCCESSFUL) (alarms in ALARM: web-5xx): Rolled back because alarm web-5xx went into ALARM"
+        ),
+        "{message}"
+    );
+}
