@@ -234,8 +234,11 @@ async fn manifests_roll_out_through_the_channels_drift_heals_and_a_failed_rollou
         "prod never saw v3"
     );
 
-    // The ConfigMap leaves the manifests: the next apply prunes it.
+    // The ConfigMap leaves the manifests: the next apply prunes it. A
+    // config push under release v3 keeps v3 held in staging, where it
+    // failed; releasing v3 again (its rollout healthy now) asks for it.
     push(&server, &files[..3]).await;
+    release(&server, "web", "v3", "registry.example/web:3").await;
     eventually(Duration::from_secs(60), || async {
         cluster
             .object("ConfigMap", "shop-prod", "web-settings")
