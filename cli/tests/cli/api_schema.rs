@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::Project;
-use crate::common::server::{Server, create_token, remote};
+use crate::common::server::{Server, remote, serve_pushed};
 
 /// Pinned in scripts/test.sh, which installs it into `.tools/py`.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
@@ -161,17 +161,9 @@ fn the_served_api_answers_generated_requests_as_its_openapi_document_says() {
         return;
     };
     let project = Project::quickstart();
-    let server = Server::start(&project, &[]);
-    let admin = create_token(&project, &["admin"]);
     // With the quickstart in force and a release pushed, status, events
     // and approvals answer with real instances, not only 404s.
-    let pushed = remote(
-        &project,
-        &server,
-        &admin,
-        &["configs", "push", project.path().to_str().unwrap()],
-    );
-    assert_eq!(pushed.code, 0, "{pushed}");
+    let (server, admin, _) = serve_pushed(&project);
     let released = remote(
         &project,
         &server,

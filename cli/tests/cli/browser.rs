@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::Project;
-use crate::common::server::{Server, create_token, instances, remote};
+use crate::common::server::{instances, remote, serve_pushed};
 
 /// The node script may take this long: prod converges after staging, on a
 /// loaded two-core machine.
@@ -86,15 +86,7 @@ fn an_operator_approves_prod_in_the_status_page_and_watches_it_converge() {
         "  fetch:\n    mode: structured\n",
         "  getInfo:\n    taskConfig:\n      program:\n        cmd: [./scripts/info.sh]\n        env:\n          SERVICE: \"{{.Params.service}}\"\n  fetch:\n    mode: structured\n",
     );
-    let server = Server::start(&project, &[]);
-    let admin = create_token(&project, &["admin"]);
-    let pushed = remote(
-        &project,
-        &server,
-        &admin,
-        &["configs", "push", project.path().to_str().unwrap()],
-    );
-    assert_eq!(pushed.code, 0, "{pushed}");
+    let (server, admin, _) = serve_pushed(&project);
     for service in ["migrations", "api", "web"] {
         let released = remote(
             &project,

@@ -5,23 +5,14 @@
 use std::time::{Duration, Instant};
 
 use crate::common::Project;
-use crate::common::server::{Server, create_token, instances, remote};
+use crate::common::server::{Server, create_token, instances, remote, serve_pushed};
 use serde_json::Value;
 
 #[test]
 fn ci_pushes_config_and_release_to_a_served_api_and_reads_status_back() {
     let project = Project::quickstart();
-    let server = Server::start(&project, &[]);
-    let admin = create_token(&project, &["admin"]);
+    let (server, admin, pushed) = serve_pushed(&project);
     let ci = create_token(&project, &["release"]);
-
-    let pushed = remote(
-        &project,
-        &server,
-        &admin,
-        &["configs", "push", project.path().to_str().unwrap()],
-    );
-    assert_eq!(pushed.code, 0, "{pushed}");
     assert!(pushed.stdout.contains("6 instance(s) added"), "{pushed}");
 
     let released = remote(
@@ -258,15 +249,7 @@ fn a_real_alertmanager_fires_and_resolves_an_alert_through_the_webhook() {
         "config.yaml",
         "runtime:\n  name: files\n  apply:\n    taskConfig:\n      program:\n        cmd: [sh, -c, 'echo $VERGENCE_SERVICE_VERSION > $VERGENCE_RELEASE_CHANNEL.txt']\n---\napplication:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: files}]\n      protections:\n        - ref: {name: no-high-errors}\n          lifecycle: [{deployment: {}}]\n---\nservice:\n  name: web\n  runtime: files\n---\nprotection:\n  name: no-high-errors\n  alert: higherrors\n",
     );
-    let server = Server::start(&project, &[]);
-    let admin = create_token(&project, &["admin"]);
-    let pushed = remote(
-        &project,
-        &server,
-        &admin,
-        &["configs", "push", project.path().to_str().unwrap()],
-    );
-    assert_eq!(pushed.code, 0, "{pushed}");
+    let (server, admin, _) = serve_pushed(&project);
 
     let exporter = Exporter::start(0.01);
     let Some(alertmanager) = Alertmanager::start(&format!(

@@ -67,6 +67,10 @@ pub async fn converge(api: &Api, how: Converge<'_>) -> Result<Converged> {
                 );
             }
             if settled(&rollout.instances) {
+                // The events were read before the rollout: what the engine
+                // recorded between the two reads (the apply that settled
+                // it) is shown before the table, not lost.
+                events.show(api, &application, &how.progress).await?;
                 break;
             }
             if let Some((at, timeout)) = deadline

@@ -94,6 +94,21 @@ impl Drop for Server {
     }
 }
 
+/// `vergence serve` for `project` with its config pushed by an admin
+/// token: the server, that token and what the push printed.
+pub fn serve_pushed(project: &Project) -> (Server, String, Run) {
+    let server = Server::start(project, &[]);
+    let admin = create_token(project, &["admin"]);
+    let pushed = remote(
+        project,
+        &server,
+        &admin,
+        &["configs", "push", project.path().to_str().unwrap()],
+    );
+    assert_eq!(pushed.code, 0, "{pushed}");
+    (server, admin, pushed)
+}
+
 /// `vergence --endpoint URL --token TOKEN ARGS`.
 pub fn remote(project: &Project, server: &Server, token: &str, args: &[&str]) -> Run {
     let mut all = vec!["--endpoint", server.url.as_str(), "--token", token];
