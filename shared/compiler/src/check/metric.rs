@@ -6,6 +6,7 @@
 use super::Checker;
 use super::field_path::FieldPath;
 use super::job::{ConstantUse, TemplateScope};
+use super::runner_fields::check_aws_region;
 use crate::config::schema::{CloudwatchAlarmDoc, PrometheusDoc, ProtectionDoc, ThresholdDoc};
 use crate::model::MetricTemplate;
 use crate::template::Template;
@@ -160,12 +161,10 @@ impl Checker<'_> {
             Some(raw) => {
                 let at = path.key("region");
                 let region = self.job_template(source, scope, &at, raw, false, constants)?;
-                if region.references().next().is_none() && !is_region(raw) {
-                    self.err(
-                        source,
-                        &at,
-                        format!("{raw:?} is not an AWS region (like eu-west-1)"),
-                    );
+                if region.references().next().is_none()
+                    && let Err(e) = check_aws_region(raw)
+                {
+                    self.err(source, &at, e);
                     return None;
                 }
                 Some(region)
@@ -187,21 +186,9 @@ fn check_url(url: &Template) -> Result<(), String> {
             "give the Prometheus server's URL with its scheme and host, like http://prometheus:9090"
                 .to_owned()
         })?;
-    let templated_host = rest.is_empty() && url.references().next().is_some();
-    if (rest.is_empty() && !templated_host) || rest.starts_with(['/', ':']) {
+    let no_host = rest.is_empty() && url.references().next().is_none();
+    if no_host || rest.starts_with(['/', ':']) {
         return Err("the URL names no host (like http://prometheus:9090)".to_owned());
     }
     Ok(())
-}
-
-/// An AWS region name: `us-east-1`, `eu-central-2`, `us-gov-west-1`.
-fn is_region(raw: &str) -> bool {
-    let parts: Vec<&str> = raw.split('-').collect();
-    parts.len() >= 3
-        && parts[0].len() == 2
-        && parts[..parts.len() - 1]
-            .iter()
-            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_lowercase()))
-        && parts[parts.len() - 1].chars().all(|c| c.is_ascii_digit())
-        && !parts[parts.len() - 1].is_empty()
 }

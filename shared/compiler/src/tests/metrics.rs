@@ -147,7 +147,7 @@ fn bad_metric_settings_are_named_where_they_are_written() {
         ),
         (
             "protection:\n  name: p\n  cloudwatchAlarm: {names: [a], region: Ireland}\n".to_owned(),
-            "p.yaml:3: protection.cloudwatchAlarm.region: \"Ireland\" is not an AWS region (like eu-west-1)",
+            "p.yaml:3: protection.cloudwatchAlarm.region: region \"Ireland\" is not an AWS region: write one like eu-west-1 or us-east-1",
         ),
     ];
     for (yaml, error) in cases {
