@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::Project;
-use crate::common::server::{Server, create_token, instances, remote, serve_pushed};
+use crate::common::server::{Server, create_token, instances, remote, serve_pushed, status_until};
 use serde_json::Value;
 
 #[test]
@@ -28,27 +28,17 @@ fn ci_pushes_config_and_release_to_a_served_api_and_reads_status_back() {
     );
 
     // The engine in the server converges staging, then prod.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let converged = loop {
-        let status = instances(&remote(
-            &project,
-            &server,
-            &ci,
-            &["status", "--app", "shop", "--output", "json"],
-        ));
-        let done = status.len() == 6
-            && status
-                .iter()
-                .all(|i| i["status"] == "CONVERGED" && i["desiredVersion"] == i["currentVersion"]);
-        if done {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not converged in time: {status:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let converged = status_until(
+        (&project, &server, &ci),
+        "shop",
+        ("not converged in time", Duration::from_secs(90)),
+        |status| {
+            status.len() == 6
+                && status.iter().all(|i| {
+                    i["status"] == "CONVERGED" && i["desiredVersion"] == i["currentVersion"]
+                })
+        },
+    );
     for channel in ["staging", "prod"] {
         let web = converged
             .iter()
@@ -292,40 +282,25 @@ fn a_real_alertmanager_fires_and_resolves_an_alert_through_the_webhook() {
         &["release", "web", "v2", "--app", "shop"],
     );
     assert_eq!(released.code, 0, "{released}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = instances(&remote(
-            &project,
-            &server,
-            &admin,
-            &["status", "--app", "shop", "--output", "json"],
-        ));
-        if status[0]["status"] == "BLOCKED" {
-            let reason = status[0]["reason"].as_str().unwrap();
-            assert!(reason.contains("alert higherrors is firing"), "{reason}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "prod never BLOCKED: {status:#?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let served = (&project, &server, admin.as_str());
+    let status = status_until(
+        served,
+        "shop",
+        ("prod never BLOCKED", Duration::from_secs(60)),
+        |status| status[0]["status"] == "BLOCKED",
+    );
+    let reason = status[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("alert higherrors is firing"), "{reason}");
 
     exporter.set(0.01);
     alert("resolved");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = instances(&remote(
-            &project,
-            &server,
-            &admin,
-            &["status", "--app", "shop", "--output", "json"],
-        ));
-        if status[0]["status"] == "CONVERGED" && status[0]["currentVersion"] == "v2" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prod never got v2 once the alert resolved: {status:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    status_until(
+        served,
+        "shop",
+        (
+            "prod never got v2 once the alert resolved",
+            Duration::from_secs(60),
+        ),
+        |status| status[0]["status"] == "CONVERGED" && status[0]["currentVersion"] == "v2",
+    );
 }

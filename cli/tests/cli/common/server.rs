@@ -134,6 +134,31 @@ pub fn create_app_token(project: &Project, app: &str, scopes: &[&str]) -> String
     token
 }
 
+/// The server's `status --app APP --output json`, read every 500 ms
+/// until `done` accepts it; after `timeout` the test fails with `what`
+/// and the last answer.
+pub fn status_until(
+    (project, server, token): (&Project, &Server, &str),
+    app: &str,
+    (what, timeout): (&str, Duration),
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = instances(&remote(
+            project,
+            server,
+            token,
+            &["status", "--app", app, "--output", "json"],
+        ));
+        if done(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}: still {status:#?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 pub fn instances(run: &Run) -> Vec<Value> {
     assert_eq!(run.code, 0, "{run}");
     let json: Value = serde_json::from_str(&run.stdout).expect("status JSON");
