@@ -82,17 +82,9 @@ impl Exporter {
 /// Debian's `prometheus`, scraping one exporter every second.
 #[derive(Debug)]
 pub struct Prometheus {
-    child: Child,
     /// The server's base URL (`http://127.0.0.1:PORT`).
     pub url: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Prometheus {
@@ -129,23 +121,17 @@ impl Prometheus {
             ));
         }
         std::fs::write(&config, yaml).unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                data.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus");
-        listening("prometheus", port);
+        let daemon = Daemon::start(
+            "prometheus",
+            &[
+                format!("--config.file={}", config.display()),
+                format!("--storage.tsdb.path={}", data.path().join("tsdb").display()),
+            ],
+            data,
+        );
         Some(Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            _data: data,
+            url: daemon.url(),
+            _daemon: daemon,
         })
     }
 }
@@ -154,17 +140,9 @@ impl Prometheus {
 /// configuration given.
 #[derive(Debug)]
 pub struct Alertmanager {
-    child: Child,
     /// Its base URL (`http://127.0.0.1:PORT`).
     pub url: String,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Alertmanager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Alertmanager {
@@ -177,22 +155,63 @@ impl Alertmanager {
         let data = tempfile::tempdir().unwrap();
         let file = data.path().join("alertmanager.yml");
         std::fs::write(&file, config).unwrap();
+        let store = format!("--storage.path={}", data.path().display());
+        let daemon = Daemon::start(
+            "prometheus-alertmanager",
+            &[
+                format!("--config.file={}", file.display()),
+                store,
+                "--cluster.listen-address=".to_owned(),
+            ],
+            data,
+        );
+        Some(Self {
+            url: daemon.url(),
+            _daemon: daemon,
+        })
+    }
+}
+
+/// One of the two servers, on a free port of 127.0.0.1, with its files;
+/// stopped when dropped.
+#[derive(Debug)]
+struct Daemon {
+    child: Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts `program` with `args` and a listen address of its own, and
+    /// waits until it listens.
+    fn start(program: &str, args: &[String], data: tempfile::TempDir) -> Self {
         let port = free_port();
-        let child = Command::new("prometheus-alertmanager")
-            .arg(format!("--config.file={}", file.display()))
-            .arg(format!("--storage.path={}", data.path().display()))
+        let child = Command::new(program)
+            .args(args)
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--cluster.listen-address=")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start prometheus-alertmanager");
-        listening("prometheus-alertmanager", port);
-        Some(Self {
+            .unwrap_or_else(|e| panic!("start {program}: {e}"));
+        crate::wait_for(program, Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Self {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            port,
             _data: data,
-        })
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -209,10 +228,4 @@ fn installed(program: &str) -> bool {
     );
     println!("skipped: no {program} on PATH");
     false
-}
-
-fn listening(what: &str, port: u16) {
-    crate::wait_for(what, Duration::from_secs(30), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
 }
