@@ -379,6 +379,19 @@ pub struct InstanceState {
 }
 
 impl InstanceState {
+    /// The version that failed here and is not applied again until asked
+    /// for: the one a rollback went back from, else a failed target's.
+    pub fn failed_version(&self) -> Option<&Version> {
+        match &self.rollback {
+            Some(rollback) => Some(&rollback.failed_version),
+            None => self
+                .target
+                .as_ref()
+                .filter(|t| t.failed.is_some())
+                .map(|t| &t.version),
+        }
+    }
+
     /// The state of an instance the engine has not looked at yet.
     pub fn new_pending(reason: impl Into<String>) -> Self {
         Self {
@@ -459,6 +472,16 @@ impl TargetProgress {
             last_failure: None,
             failed: None,
         }
+    }
+
+    /// Someone asked for this failed version again (`up`, a release or an
+    /// approval naming it): its failure and counts are forgotten, and it
+    /// is applied from its first attempt.
+    pub fn retry_from_start(&mut self) {
+        self.failed = None;
+        self.apply_failures = 0;
+        self.fetch_failures = 0;
+        self.retry_at = None;
     }
 }
 

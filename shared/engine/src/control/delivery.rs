@@ -302,10 +302,7 @@ impl Control {
                 r.state.protections.retain(|_, seen| seen.passed);
                 let mut events = Vec::new();
                 if let Some(target) = r.state.target.as_mut().filter(|t| t.failed.is_some()) {
-                    target.failed = None;
-                    target.apply_failures = 0;
-                    target.fetch_failures = 0;
-                    target.retry_at = None;
+                    target.retry_from_start();
                     events.push(Event::for_instance(
                         &r.key,
                         now,
@@ -379,15 +376,12 @@ fn ask_again(
 }
 
 /// Whether `version` failed in this instance: it rolled back from it, or
-/// it failed with nothing to roll back to.
+/// it failed with nothing to roll back to (a config pushed on top of it
+/// is the same release).
 fn failed_here(state: &InstanceState, version: &Version) -> bool {
-    match &state.rollback {
-        Some(rollback) => rollback.failed_version.release() == version.release(),
-        None => state
-            .target
-            .as_ref()
-            .is_some_and(|t| t.failed.is_some() && t.version.release() == version.release()),
-    }
+    state
+        .failed_version()
+        .is_some_and(|failed| failed.release() == version.release())
 }
 
 /// Pushing a version again with other parameters: versions are immutable.

@@ -160,10 +160,7 @@ impl Decider<'_> {
                     && target.failed.is_some()
                     && asked(&target.version, Timestamp::MIN)
                 {
-                    target.failed = None;
-                    target.apply_failures = 0;
-                    target.fetch_failures = 0;
-                    target.retry_at = None;
+                    target.retry_from_start();
                 }
             }
         }
