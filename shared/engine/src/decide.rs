@@ -21,6 +21,7 @@ use vergence_model::{
 mod absorb;
 mod adoption;
 mod jobs;
+mod rollout;
 mod verdicts;
 
 /// When to look again at a job being stopped, should the step that stops
@@ -156,6 +157,12 @@ impl Decider<'_> {
             return;
         }
         self.evaluate(&spec);
+        // A failed step's traffic goes back first: a rollback waits on its
+        // gates (a failing protection holds it), the failing version must
+        // not keep its share meanwhile.
+        if self.take_traffic_back(&spec) {
+            return self.get_info(desired);
+        }
         if let Some(rollback) = rollback::automatic(&self.state, desired, self.now) {
             self.start_rollback(rollback);
             let spec = self.effective(desired);
@@ -214,7 +221,9 @@ impl Decider<'_> {
         if previous.as_ref() == Some(&spec.version) {
             return;
         }
-        self.state.target = Some(TargetProgress::new(spec.version.clone(), self.now));
+        let mut target = TargetProgress::new(spec.version.clone(), self.now);
+        target.rollout = self.start_rollout(spec);
+        self.state.target = Some(target);
         let message = match &previous {
             Some(p) => format!("desired version is now {} (was {p})", spec.version),
             None => format!("desired version is {}", spec.version),
@@ -246,7 +255,18 @@ impl Decider<'_> {
         };
         if let Some(failed) = &target.failed {
             self.state.checks_requested = false;
-            self.set_status(Status::Failed, failed.clone(), None);
+            let back = target
+                .rollout
+                .as_ref()
+                .and_then(|p| p.traffic_back_at)
+                .map(|at| {
+                    format!(
+                        "; all the traffic was sent back to the version before at {}",
+                        moment(at)
+                    )
+                })
+                .unwrap_or_default();
+            self.set_status(Status::Failed, format!("{failed}{back}"), None);
             return;
         }
         match &spec.fetch {
@@ -284,6 +304,8 @@ impl Decider<'_> {
             return;
         };
         let interval = match observation.verdict {
+            // A rollout's steps are watched at the rollout's pace.
+            FetchVerdict::Converged if target.rollout.is_some() => fetch.poll_interval,
             FetchVerdict::Converged => fetch.steady_state_poll_interval,
             // A transient error (a Terraform state lock) is spaced out by
             // its own count, and never counts towards failing.
@@ -300,6 +322,9 @@ impl Decider<'_> {
         }
         self.check_at(due);
         match observation.verdict {
+            FetchVerdict::Converged if target.rollout.is_some() => {
+                self.rollout_observed(spec, target, &observation);
+            }
             FetchVerdict::Converged => {
                 self.converged(spec);
                 self.post_deployment(spec);

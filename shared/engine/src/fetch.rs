@@ -77,6 +77,24 @@ fn exit_code(result: &JobResult) -> (FetchVerdict, String) {
     }
 }
 
+/// The share of the traffic `version` has by a structured fetch's
+/// `trafficPercent`: the smallest over the objects that report one, so a
+/// step is reached only where every object reached it; `None` when no
+/// object says (the runtime does not split traffic) or the fetch failed.
+pub fn traffic_percent(mode: FetchMode, result: &JobResult, version: &Version) -> Option<u8> {
+    if mode != FetchMode::Structured || !result.exited_with(0) {
+        return None;
+    }
+    let output = parse_output(&result.stdout).ok()?;
+    output
+        .objects
+        .iter()
+        .flat_map(|o| &o.versions)
+        .filter(|v| v.active && v.version == version.as_str())
+        .filter_map(|v| v.traffic_percent)
+        .min()
+}
+
 /// The structured fetch output. Keys are accepted in camelCase or snake_case.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -125,6 +143,10 @@ pub struct VersionState {
     pub target_replicas: Option<i64>,
     #[serde(default)]
     pub drifted: bool,
+    /// The share of the traffic this version has, 0-100, from a runtime
+    /// that splits traffic between versions (a rollout's steps).
+    #[serde(default, alias = "traffic_percent")]
+    pub traffic_percent: Option<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,8 @@ use jiff::Timestamp;
 use crate::decide::{after, moment};
 use crate::gates::human;
 use vergence_model::{
-    CompiledProtection, Lifecycle, PostDeployment, ProtectionKey, ProtectionObservation,
+    CompiledProtection, Lifecycle, LifecycleKind, PostDeployment, ProtectionKey,
+    ProtectionObservation, Version,
 };
 
 /// Where the post-deployment checks of a converged version stand.
@@ -42,17 +43,55 @@ pub(crate) fn verdict(
     observations: &BTreeMap<ProtectionKey, ProtectionObservation>,
     now: Timestamp,
 ) -> Verdict {
+    let windows = checks.iter().filter_map(|check| {
+        let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
+            return None;
+        };
+        let start = after(progress.converged_at, delay);
+        Some((*check, start, after(start, duration)))
+    });
+    combine(windows, &progress.version, observations, now)
+}
+
+/// The verdict on a rollout step's bake: every check (the deployment and
+/// post-deployment protections) runs from `start`, when the step was
+/// reached, until `end`, at its poll interval; the step passes only once
+/// `end` is past, checks or none.
+pub(crate) fn bake_verdict(
+    checks: &[&CompiledProtection],
+    version: &Version,
+    (start, end): (Timestamp, Timestamp),
+    observations: &BTreeMap<ProtectionKey, ProtectionObservation>,
+    now: Timestamp,
+) -> Verdict {
+    let windows = checks.iter().map(|check| (*check, start, end));
+    match combine(windows, version, observations, now) {
+        Verdict::Passed { notes } if now < end => Verdict::Running {
+            run: Vec::new(),
+            look_again_at: Some(end),
+            notes,
+        },
+        other => other,
+    }
+}
+
+/// The verdict on checks, each with the window it runs in.
+fn combine<'c>(
+    checks: impl Iterator<Item = (&'c CompiledProtection, Timestamp, Timestamp)>,
+    version: &Version,
+    observations: &BTreeMap<ProtectionKey, ProtectionObservation>,
+    now: Timestamp,
+) -> Verdict {
     let mut notes = Vec::new();
     let mut run = Vec::new();
     let mut look_again_at: Option<Timestamp> = None;
     let mut all_done = true;
-    for check in checks {
-        match standing(check, progress, observations, now) {
-            None => {}
+    for (check, start, end) in checks {
+        match standing(check, version, (start, end), observations, now) {
             // The first failure decides; nothing else is scheduled beside it.
-            Some(Standing::Failed(reason)) => return Verdict::Failed { reason },
-            Some(Standing::Done(note)) => notes.push(note),
-            Some(Standing::Next { note, at }) => {
+            Standing::Failed(reason) => return Verdict::Failed { reason },
+            Standing::Done(note) => notes.push(note),
+            Standing::Next { note, at } => {
                 all_done = false;
                 notes.push(note);
                 if now >= at {
@@ -85,27 +124,22 @@ enum Standing {
     Next { note: String, at: Timestamp },
 }
 
-/// Where `check` stands at `now`; `None` for a check that is not a
-/// post-deployment one.
+/// Where `check` of `version`, run from `start` to `end`, stands at `now`.
 fn standing(
     check: &CompiledProtection,
-    progress: &PostDeployment,
+    version: &Version,
+    (start, end): (Timestamp, Timestamp),
     observations: &BTreeMap<ProtectionKey, ProtectionObservation>,
     now: Timestamp,
-) -> Option<Standing> {
-    let Lifecycle::PostDeployment { delay, duration } = check.lifecycle else {
-        return None;
-    };
-    let start = after(progress.converged_at, delay);
-    let end = after(start, duration);
+) -> Standing {
     if now < start {
         let note = format!("{} starts at {}", check.name, moment(start));
-        return Some(Standing::Next { note, at: start });
+        return Standing::Next { note, at: start };
     }
     let seen = observations
         .get(&check.key())
-        .filter(|o| o.version == progress.version && o.at >= start);
-    Some(match seen {
+        .filter(|o| &o.version == version && o.at >= start);
+    match seen {
         // Not read at all is neither a pass nor a failure: look again at
         // the next poll, and do not finish on it.
         Some(o) if o.inconclusive => Standing::Next {
@@ -113,8 +147,14 @@ fn standing(
             at: after(o.at, check.poll_interval),
         },
         Some(o) if !o.passed => Standing::Failed(format!(
-            "post-deployment check {} of {} failed: {}",
-            check.name, progress.version, o.summary
+            "{} check {} of {version} failed: {}",
+            match check.lifecycle.kind() {
+                LifecycleKind::PreApproval => "pre-approval",
+                LifecycleKind::Deployment => "deployment",
+                LifecycleKind::PostDeployment => "post-deployment",
+            },
+            check.name,
+            o.summary
         )),
         Some(o) if o.at >= end => Standing::Done(format!("{} passed", check.name)),
         Some(o) => Standing::Next {
@@ -122,7 +162,7 @@ fn standing(
                 "{} passing for {} of {}",
                 check.name,
                 human(o.at.duration_since(start)),
-                human(duration)
+                human(end.duration_since(start))
             ),
             at: after(o.at, check.poll_interval).min(end),
         },
@@ -130,7 +170,7 @@ fn standing(
             note: format!("{} running", check.name),
             at: now,
         },
-    })
+    }
 }
 
 #[cfg(test)]

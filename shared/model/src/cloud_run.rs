@@ -26,6 +26,12 @@ pub struct CloudRunService {
     /// from this (the runtime's `adopt`); one that matches is adopted.
     #[serde(default, skip_serializing_if = "crate::adoption::Adopt::is_default")]
     pub adopt: crate::adoption::Adopt,
+    /// Set on the apply of a rollout's step short of 100%: the share of
+    /// the traffic the new revision gets, the rest staying on the revision
+    /// that served before. `None` leaves the traffic to the spec (all of
+    /// it to the latest revision unless the spec says otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_percent: Option<u8>,
 }
 
 impl CloudRunService {

@@ -45,6 +45,10 @@ pub struct CompiledInstance {
     /// When applies may run (allowed windows and freezes).
     #[serde(default, skip_serializing_if = "TimeWindows::is_empty")]
     pub windows: TimeWindows,
+    /// Traffic steps for a new version (the channel's `rollout`, else the
+    /// runtime's); only on runtimes that can split traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::Rollout>,
 }
 
 fn yes() -> bool {

@@ -77,6 +77,12 @@ pub enum EventKind {
     ChecksPassed {
         version: Version,
     },
+    /// A version being rolled out in steps reached a step: it has
+    /// `percent` of the traffic (0 when a failed check sent it back).
+    RolloutStep {
+        version: Version,
+        percent: u8,
+    },
     #[serde(rename_all = "camelCase")]
     RollbackStarted {
         failed_version: Version,
@@ -135,6 +141,7 @@ impl EventKind {
             EventKind::ChecksRequested => "checksRequested",
             EventKind::ProtectionChanged { .. } => "protectionChanged",
             EventKind::ChecksPassed { .. } => "checksPassed",
+            EventKind::RolloutStep { .. } => "rolloutStep",
             EventKind::RollbackStarted { .. } => "rollbackStarted",
             EventKind::RolledBack { .. } => "rolledBack",
             EventKind::AlertChanged { .. } => "alertChanged",

@@ -453,6 +453,10 @@ pub struct TargetProgress {
     /// Set when the retry policy is exhausted: the version is not applied
     /// again until a new version or a manual retry.
     pub failed: Option<String>,
+    /// The version's traffic steps, when it is rolled out in steps (a
+    /// rollout is configured and an earlier version serves the traffic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::RolloutProgress>,
 }
 
 impl TargetProgress {
@@ -471,6 +475,7 @@ impl TargetProgress {
             fetch_failures: 0,
             last_failure: None,
             failed: None,
+            rollout: None,
         }
     }
 
@@ -482,6 +487,10 @@ impl TargetProgress {
         self.apply_failures = 0;
         self.fetch_failures = 0;
         self.retry_at = None;
+        // A rollout starts again from its first step.
+        if self.rollout.is_some() {
+            self.rollout = Some(crate::RolloutProgress::start());
+        }
     }
 }
 
@@ -526,6 +535,10 @@ pub struct FetchObservation {
     /// it waits for an approval (see `adoption`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub takeovers: Vec<crate::adoption::Takeover>,
+    /// The share of the traffic the version has, when the runtime splits
+    /// traffic and says (a structured fetch's `trafficPercent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_percent: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

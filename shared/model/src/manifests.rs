@@ -62,6 +62,20 @@ impl BuiltinJob {
             BuiltinJob::CloudwatchAlarm(_) => Some(BuiltinPlatform::CloudWatch),
         }
     }
+
+    /// This apply giving the new version `percent` of the traffic and the
+    /// version before the rest: a rollout's step. `None` for a job of a
+    /// runtime that cannot split traffic.
+    pub fn at_traffic(&self, percent: u8) -> Option<BuiltinJob> {
+        match self {
+            BuiltinJob::CloudRunApply(service) => {
+                let mut service = service.clone();
+                service.traffic_percent = Some(percent);
+                Some(BuiltinJob::CloudRunApply(service))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The platforms whose first-class runtime jobs are API calls made by the

@@ -30,6 +30,19 @@ pub fn sentence(text: impl Into<String>) -> String {
     clip(text.into(), MAX_SENTENCE_CHARS)
 }
 
+/// Durations as people say them: `4m`, `1h 30m`, `45s`.
+pub fn human(duration: jiff::SignedDuration) -> String {
+    let secs = duration.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@ impl Control {
             // The gates of what runs now: during a rollback, its own.
             let spec = crate::decide::effective(desired, &record.state, &record.controls);
             lines.extend(gates(&spec, &facts, &record));
+            lines.extend(rollout(desired, &record.state, now));
             lines.extend(post_deployment(desired, &record.state));
         }
         lines.extend(plan(&record.state));
@@ -55,6 +56,39 @@ fn header(key: &InstanceKey, record: &InstanceRecord) -> Vec<String> {
             state.current_version.as_ref().map_or("-", Version::as_str)
         ),
     ]
+}
+
+/// The configured rollout, and where the desired version is in it.
+fn rollout(desired: &CompiledInstance, state: &InstanceState, now: jiff::Timestamp) -> Vec<String> {
+    let Some(rollout) = &desired.rollout else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!("  rollout: {}", rollout.describe())];
+    let target = state
+        .target
+        .as_ref()
+        .filter(|t| t.version == desired.version);
+    let Some(progress) = target.and_then(|t| t.rollout.as_ref()) else {
+        return lines;
+    };
+    let percent = rollout.percent(progress.step);
+    let step = format!("step {} of {}", progress.step + 1, rollout.steps.len());
+    lines.push(match (progress.traffic_back_at, progress.reached_at) {
+        (Some(at), _) => format!(
+            "    {} failed at {percent}%; the traffic was sent back at {}",
+            desired.version,
+            moment(at)
+        ),
+        (None, Some(at)) => format!(
+            "    {} at {percent}% ({step}) since {}: held {} of {}",
+            desired.version,
+            moment(at),
+            gates::human(now.duration_since(at)),
+            gates::human(rollout.bake)
+        ),
+        (None, None) => format!("    {} going to {percent}% ({step})", desired.version),
+    });
+    lines
 }
 
 /// What operators did to the instance (pause, pin) and a rollback under way.

@@ -376,6 +376,7 @@ impl Decider<'_> {
             verdict,
             summary: summary.clone(),
             takeovers: Vec::new(),
+            traffic_percent: fetch::traffic_percent(fetch.mode, result, &flight.version),
         });
         self.absorb_adoption(fetch.mode, flight, result, stale);
         // A plan is handed to the apply of the same version; an approval

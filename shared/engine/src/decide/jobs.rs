@@ -41,6 +41,10 @@ impl Decider<'_> {
         if !self.runner_ready(&spec.apply.job) {
             return;
         }
+        let (job_spec, traffic) = self.step_apply(spec);
+        let share = traffic
+            .map(|p| format!(" at {p}% of the traffic"))
+            .unwrap_or_default();
         let now = self.now;
         let target = self.target();
         target.apply_attempts += 1;
@@ -48,7 +52,7 @@ impl Decider<'_> {
         target.applied_seq = None;
         target.retry_at = None;
         let attempt = target.apply_attempts;
-        let job = self.new_job(spec, JobKind::Apply, &spec.apply.job, attempt);
+        let job = self.new_job(spec, JobKind::Apply, &job_spec, attempt);
         self.event(
             EventKind::JobStarted {
                 job_id: job.id.clone(),
@@ -56,14 +60,14 @@ impl Decider<'_> {
                 attempt,
             },
             format!(
-                "apply of {} started (attempt {attempt}){why}{}",
+                "apply of {}{share} started (attempt {attempt}){why}{}",
                 spec.version,
                 reproduce(&spec.apply.job)
             ),
         );
         self.set_status(
             Status::Applying,
-            format!("applying {} (attempt {attempt}){why}", spec.version),
+            format!("applying {}{share} (attempt {attempt}){why}", spec.version),
             None,
         );
         self.start_job(job);

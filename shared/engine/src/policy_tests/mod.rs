@@ -14,6 +14,7 @@ use vergence_model::*;
 mod approvals;
 mod gates;
 mod rollback;
+mod rollout;
 
 fn job_protection(name: &str, lifecycle: Lifecycle) -> CompiledProtection {
     CompiledProtection {

@@ -72,6 +72,7 @@ pub(super) fn spec(channel: &str, version: &str, fetch: Option<FetchMode>) -> Co
         protections: Vec::new(),
         auto_rollback: true,
         windows: TimeWindows::default(),
+        rollout: None,
     }
 }
 
@@ -230,6 +231,11 @@ impl Sim {
 
     pub(super) fn set_desired(&mut self, spec: CompiledInstance) {
         self.record.desired = Desired::Ready(Box::new(spec));
+    }
+
+    /// The jobs the last decision started.
+    pub(super) fn last_jobs(&self) -> &[JobRecord] {
+        self.last.as_ref().map_or(&[], |d| d.jobs.as_slice())
     }
 
     pub(super) fn event_kinds(&self) -> Vec<&'static str> {

@@ -66,6 +66,7 @@ pub fn compiled(fetch: Option<FetchMode>) -> CompiledInstance {
         protections: Vec::new(),
         auto_rollback: true,
         windows: TimeWindows::default(),
+        rollout: None,
     }
 }
 

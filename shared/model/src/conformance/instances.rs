@@ -430,6 +430,7 @@ fn quiet_check(at: i64, job_seq: u64) -> QuietCheck {
             verdict: FetchVerdict::Converged,
             summary: "nothing to do".into(),
             takeovers: Vec::new(),
+            traffic_percent: None,
         },
         job: JobSummary {
             job_id: JobId(format!("fetch-{job_seq}").into()),
