@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use google_cloud_run_v2::model::Service;
 use google_cloud_run_v2::model::condition::State;
+use google_cloud_run_v2::model::{Service, TrafficTarget, TrafficTargetAllocationType};
 use google_cloud_wkt::FieldMask;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -92,6 +92,15 @@ impl CloudRunServices {
             Err(e) => return Err(e),
         };
         let revision = revision_name(wanted);
+        let split = match (wanted.traffic_percent, &existing) {
+            (Some(percent), Some(live)) => split_traffic(&mut spec, live, &revision, percent)?,
+            (Some(0), None) => {
+                return Err(CloudRunError::Launch(format!(
+                    "cannot send the traffic of {name} back to the revision before: the service does not exist"
+                )));
+            }
+            _ => String::new(),
+        };
         match existing {
             None => {
                 let operation = self
@@ -112,10 +121,11 @@ impl CloudRunServices {
             }
             Some(existing)
                 if existing.template.as_ref().map(|t| t.revision.as_str())
-                    == Some(revision.as_str()) =>
+                    == Some(revision.as_str())
+                    && same_traffic(&spec, &existing) =>
             {
                 Ok(format!(
-                    "service {name} already names revision {revision} for {}",
+                    "service {name} already names revision {revision} for {}{split}",
                     wanted.version
                 ))
             }
@@ -130,9 +140,9 @@ impl CloudRunServices {
                     .send()
                     .await
                     .map_err(CloudRunError::api("updating Cloud Run service", &name))?;
-                info!(service = %name, %revision, "updating the Cloud Run service");
+                info!(service = %name, %revision, %split, "updating the Cloud Run service");
                 Ok(format!(
-                    "started updating service {name} to revision {revision} (operation {})",
+                    "started updating service {name} to revision {revision}{split} (operation {})",
                     operation.name
                 ))
             }
@@ -215,6 +225,92 @@ impl Runner for CloudRunServices {
 
     async fn poll(&self, job: &JobRecord) -> vergence_model::Result<JobProgress> {
         Ok(JobProgress::Finished(self.carry_out(job).await))
+    }
+}
+
+/// The tags of a rollout's two revisions: each gets its own URL
+/// (`https://canary---{service}-….run.app`) for checks to reach it.
+const CANARY_TAG: &str = "canary";
+const STABLE_TAG: &str = "stable";
+
+/// Splits the traffic of `spec` for a rollout's step: `percent` to the new
+/// revision, the rest to the revision that serves most of the traffic now
+/// (the one before). Says what it did, for the result.
+fn split_traffic(
+    spec: &mut Service,
+    live: &Service,
+    new: &str,
+    percent: u8,
+) -> Result<String, CloudRunError> {
+    let latest = short(&live.latest_ready_revision);
+    let previous = live
+        .traffic_statuses
+        .iter()
+        .map(|t| (served_revision(&t.revision, latest), t.percent))
+        .filter(|(revision, share)| *revision != new && !revision.is_empty() && *share > 0)
+        .max_by_key(|(_, share)| *share)
+        .map(|(revision, _)| revision.to_owned());
+    let Some(previous) = previous else {
+        if percent == 0 {
+            return Err(CloudRunError::Launch(format!(
+                "cannot send the traffic of {} back: no other revision serves traffic",
+                short(&live.name)
+            )));
+        }
+        // Nothing else serves: the whole of it goes to the new revision.
+        return Ok("; no earlier revision serves traffic, so all of it goes to the new one".into());
+    };
+    let target = |revision: &str, share: u8, tag: &str| {
+        TrafficTarget::new()
+            .set_type(TrafficTargetAllocationType::Revision)
+            .set_revision(revision)
+            .set_percent(i32::from(share))
+            .set_tag(tag)
+    };
+    spec.traffic = vec![
+        target(new, percent, CANARY_TAG),
+        target(&previous, 100 - percent.min(100), STABLE_TAG),
+    ];
+    Ok(format!(
+        " with {percent}% of the traffic, {}% staying on {previous}",
+        100 - percent.min(100)
+    ))
+}
+
+/// Whether the live service routes traffic as `spec` asks; an empty
+/// `traffic` is Cloud Run's default, all of it to the latest revision.
+fn same_traffic(spec: &Service, live: &Service) -> bool {
+    let routes = |traffic: &[TrafficTarget]| -> Vec<(i32, String, i32, String)> {
+        if traffic.is_empty() {
+            let latest = TrafficTargetAllocationType::Latest
+                .value()
+                .unwrap_or_default();
+            return vec![(latest, String::new(), 100, String::new())];
+        }
+        let mut routes: Vec<_> = traffic
+            .iter()
+            .map(|t| {
+                let kind = t.r#type.value().unwrap_or_default();
+                (
+                    kind,
+                    short(&t.revision).to_owned(),
+                    t.percent,
+                    t.tag.clone(),
+                )
+            })
+            .collect();
+        routes.sort();
+        routes
+    };
+    routes(&spec.traffic) == routes(&live.traffic)
+}
+
+/// The revision a traffic status names, a `LATEST` one resolved.
+fn served_revision<'a>(revision: &'a str, latest: &'a str) -> &'a str {
+    if revision.is_empty() {
+        latest
+    } else {
+        short(revision)
     }
 }
 
@@ -364,6 +460,19 @@ fn observe(
         )
     });
     let drifted = version == wanted.version && (renamed || !differences.is_empty());
+    // The share of the traffic the wanted revision has: what a rollout's
+    // step is measured by.
+    let ours = revision_name(wanted);
+    let latest_ready_id = short(&found.latest_ready_revision);
+    let share: i32 = found
+        .traffic_statuses
+        .iter()
+        .filter(|t| served_revision(&t.revision, latest_ready_id) == ours)
+        .map(|t| t.percent)
+        .sum();
+    // Said only of Vergence's own revision: an adopted service's is not.
+    let named_ours = found.template.as_ref().is_some_and(|t| t.revision == ours);
+    let share = named_ours.then(|| u8::try_from(share.clamp(0, 100)).unwrap_or(100));
     let latest_created = short(&found.latest_created_revision);
     let latest_ready = short(&found.latest_ready_revision);
     let ready = found.terminal_condition.as_ref();
@@ -423,7 +532,7 @@ fn observe(
     json!({
         "name": wanted.service_name,
         "objectType": "CloudRun",
-        "versions": [{"version": version, "active": true, "drifted": drifted}],
+        "versions": [{"version": version, "active": true, "drifted": drifted, "trafficPercent": share}],
         "adopted": owner == Owner::Adopted,
         "takeover": takeover,
         "status": status,

@@ -71,6 +71,7 @@ fn wanted(version: &str, image: &str) -> CloudRunService {
         version: version.into(),
         file: "run/web.yaml".into(),
         adopt: Default::default(),
+        traffic_percent: None,
     }
 }
 
@@ -374,4 +375,84 @@ async fn a_service_someone_else_made_that_differs_is_a_takeover_unless_adopt_app
     assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
     assert_eq!(output["objects"][0]["takeover"], Value::Null);
     assert_eq!(bed.writes(), 1);
+}
+
+/// The traffic the engine's reading of the fetch gives `service`'s version.
+fn share(output: &Value, version: &str) -> Option<u8> {
+    let result = JobResult::of_call(
+        Ok(output.to_string()),
+        std::time::Duration::ZERO,
+        Timestamp::now(),
+    );
+    vergence_engine::fetch::traffic_percent(
+        vergence_model::FetchMode::Structured,
+        &result,
+        &version.parse().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_rollout_step_splits_the_traffic_with_the_revision_before_and_takes_it_back() {
+    let bed = bed().await;
+    let v1 = wanted("v1", "europe-docker.pkg.dev/shop/web:1");
+    bed.apply(&v1).await;
+    let (output, _, _) = bed.settled(&v1).await;
+    assert_eq!(share(&output, "v1"), Some(100), "{output}");
+    let v1_revision = bed.fake.service(SERVICE).unwrap()["latestReadyRevision"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // The first step: a new revision with 30%, the one before keeps 70%.
+    let mut v2 = wanted("v2", "europe-docker.pkg.dev/shop/web:2");
+    v2.traffic_percent = Some(30);
+    let done = bed.apply(&v2).await;
+    assert!(
+        done.contains(&format!(
+            "with 30% of the traffic, 70% staying on {v1_revision}"
+        )),
+        "{done}"
+    );
+    let (output, verdict, summary) = bed.settled(&v2).await;
+    assert_eq!(verdict, FetchVerdict::Converged, "{summary}");
+    assert_eq!(share(&output, "v2"), Some(30), "{output}");
+    let service = bed.fake.service(SERVICE).unwrap();
+    let routes: Vec<(String, i64, String)> = service["traffic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["revision"].as_str().unwrap().to_owned(),
+                t["percent"].as_i64().unwrap(),
+                t["tag"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let v2_revision = service["template"]["revision"].as_str().unwrap().to_owned();
+    assert_eq!(
+        routes,
+        [
+            (v2_revision.clone(), 30, "canary".to_owned()),
+            (v1_revision.clone(), 70, "stable".to_owned())
+        ]
+    );
+    // The same step again changes nothing.
+    assert!(bed.apply(&v2).await.contains("already names revision"));
+
+    // A failed check: all the traffic back to the revision before.
+    v2.traffic_percent = Some(0);
+    bed.apply(&v2).await;
+    let (output, _, _) = bed.settled(&v2).await;
+    assert_eq!(share(&output, "v2"), Some(0), "{output}");
+
+    // The last step: the spec's own traffic, all of it to the latest.
+    v2.traffic_percent = None;
+    let done = bed.apply(&v2).await;
+    assert!(done.starts_with("started updating"), "{done}");
+    let (output, _, _) = bed.settled(&v2).await;
+    assert_eq!(share(&output, "v2"), Some(100), "{output}");
 }

@@ -214,6 +214,11 @@ impl FakeCloudRun {
             .map(|r| r.resource.clone())
     }
 
+    /// A revision as stored, by full name.
+    pub fn revision(&self, name: &str) -> Option<Value> {
+        self.shared.lock().revisions.get(name).cloned()
+    }
+
     /// An execution as stored, by full name.
     pub fn execution(&self, name: &str) -> Option<Value> {
         let state = self.shared.lock();
