@@ -12,7 +12,7 @@ use vergence_model::adoption::Adopt;
 use vergence_model::error::{Error, Result};
 use vergence_model::{
     ApplicationName, ConfigErrors, DriftPolicy, FetchMode, InstanceKey, Lifecycle, LocalProgram,
-    ParamValue, Precondition, ProtectionName, ReleaseChannelName, RetryPolicy, RunnerSpec,
+    ParamValue, Precondition, ProtectionName, ReleaseChannelName, RetryPolicy, Rollout, RunnerSpec,
     RunnerUse, RuntimeName, SecretRef, ServiceName, TimeWindows,
 };
 
@@ -191,6 +191,8 @@ pub struct ReleaseChannel {
     /// The runner of each runtime whose runner this channel overrides: the
     /// runtime's own with the channel's settings merged over it.
     pub runner_overrides: BTreeMap<RuntimeName, RunnerSpec>,
+    /// The channel's own rollout, which replaces its runtimes'.
+    pub rollout: Option<Rollout>,
 }
 
 impl ReleaseChannel {
@@ -199,6 +201,17 @@ impl ReleaseChannel {
         self.runner_overrides
             .get(&runtime.name)
             .unwrap_or(&runtime.runner)
+    }
+
+    /// The rollout of `runtime`'s instances in this channel, the channel's
+    /// own before the runtime's, with whose it is ("release channel
+    /// 'prod'"), for messages.
+    pub fn rollout_of<'r>(&'r self, runtime: &'r Runtime) -> Option<(&'r Rollout, String)> {
+        if let Some(rollout) = &self.rollout {
+            return Some((rollout, format!("release channel '{}'", self.name)));
+        }
+        let rollout = runtime.cloud_run.as_ref()?.rollout.as_ref()?;
+        Some((rollout, format!("runtime '{}'", runtime.name)))
     }
 }
 
@@ -288,6 +301,9 @@ pub struct CloudRunRuntime {
     pub project: String,
     pub region: String,
     pub adopt: Adopt,
+    /// Only a Cloud Run runtime carries a rollout: its revisions are what
+    /// traffic can be split between.
+    pub rollout: Option<Rollout>,
 }
 
 /// A first-class ECS runtime's own settings.

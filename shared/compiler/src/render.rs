@@ -20,7 +20,7 @@ use vergence_model::hashing::sha256_hex;
 use vergence_model::{
     ApplicationName, ApplySpec, BuiltinJob, CompiledInstance, CompiledProtection, Desired,
     FetchSpec, GetInfoSpec, InstanceIds, InstanceKey, JobSpec, ParamValue, Precondition,
-    ProtectionCheck, Release, ReleaseChannelName, ServiceName,
+    ProtectionCheck, Release, ReleaseChannelName, Rollout, ServiceName,
 };
 use vergence_model::{CloudwatchAlarmCheck, PrometheusCheck, RunnerSpec, SecretRef, Version};
 
@@ -135,6 +135,10 @@ impl ConfigModel {
             protections,
             auto_rollback: svc.auto_rollback,
             windows: channel.windows.clone(),
+            // The channel's own replaces the runtime's.
+            rollout: runtime
+                .and_then(|r| channel.rollout_of(r))
+                .map(|(rollout, _)| rollout.clone()),
             key,
         }
     }
@@ -269,9 +273,17 @@ impl ConfigModel {
                 .transpose()?,
         };
         let resolve = |r: &Reference| service_scope.resolve(r);
-        if let Some((apply, fetch)) =
-            builtin_jobs(runtime, service_channel, &svc.name, &key, &ids, resolve)?
-        {
+        let rollout = channel.rollout_of(runtime);
+        let rollout = rollout.as_ref().map(|(r, whose)| (*r, whose.as_str()));
+        if let Some((apply, fetch)) = builtin_jobs(
+            runtime,
+            service_channel,
+            &svc.name,
+            &key,
+            &ids,
+            rollout,
+            resolve,
+        )? {
             jobs.apply.builtin = Some(apply);
             if let Some(job) = jobs.fetch.as_mut() {
                 job.builtin = Some(fetch);
@@ -281,15 +293,16 @@ impl ConfigModel {
     }
 }
 
-/// A first-class runtime's apply and fetch of one instance: what the
-/// runtime applies, rendered from the service's files; `None` for a
-/// custom runtime.
+/// A first-class runtime's apply and fetch of one instance, to which
+/// `rollout` (with whose it is) applies, if any: what the runtime applies,
+/// rendered from the service's files; `None` for a custom runtime.
 fn builtin_jobs(
     runtime: &Runtime,
     service_channel: &ServiceChannel,
     service: &ServiceName,
     key: &InstanceKey,
     ids: &InstanceIds,
+    rollout: Option<(&Rollout, &str)>,
     resolve: impl Fn(&Reference) -> Option<String>,
 ) -> Result<Option<(BuiltinJob, BuiltinJob)>, String> {
     let missing = |what: &str, kind: &str| {
@@ -326,7 +339,7 @@ fn builtin_jobs(
             .cloud_run
             .as_ref()
             .ok_or_else(|| missing("Cloud Run service", "cloudRun"))?;
-        let service = cloud_run::render(file, cloud_run, ids, resolve)?;
+        let service = cloud_run::render(file, cloud_run, ids, rollout, resolve)?;
         return Ok(Some((
             BuiltinJob::CloudRunApply(service.clone()),
             BuiltinJob::CloudRunFetch(service),

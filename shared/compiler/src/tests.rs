@@ -91,6 +91,58 @@ fn compiled(
         .collect()
 }
 
+/// The part of docs/config.md under `heading` (`### Runner examples`), up
+/// to the next heading of its level or above outside a code block: the
+/// examples the docs tests compile, as users copy them.
+fn config_reference_section(heading: &str) -> &'static str {
+    const REFERENCE: &str = include_str!("../../../docs/config.md");
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = REFERENCE
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("docs/config.md has no {heading:?}"));
+    let section = &REFERENCE[start + 1..];
+    let (mut end, mut in_code) = (0, false);
+    for (i, line) in section.split_inclusive('\n').enumerate() {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        let heading = (1..=level).contains(&hashes) && line[hashes..].starts_with(' ');
+        if i > 0 && heading && !in_code {
+            return &section[..end];
+        }
+        in_code ^= line.starts_with("```");
+        end += line.len();
+    }
+    section
+}
+
+/// The files of an example of the docs: each YAML or JSON block, named by
+/// the paragraph before it, which starts with the file's name in
+/// backticks (`` `run/web.yaml`: ``); unnamed blocks are left out.
+fn documented_files(section: &str) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut name: Option<String> = None;
+    let mut lines = section.lines();
+    while let Some(line) = lines.next() {
+        if line == "```yaml" || line == "```json" {
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
+            if let Some(file) = name.take() {
+                files.push((file, body.join("\n") + "\n"));
+            }
+        } else if let Some(quoted) = line.strip_prefix('`') {
+            let file = quoted.split('`').next().unwrap_or_default();
+            if [".yaml", ".yml", ".json"]
+                .iter()
+                .any(|ext| file.ends_with(ext))
+            {
+                name = Some(file.to_owned());
+            }
+        }
+    }
+    files
+}
+
 #[test]
 fn seed_fixtures_parse_and_compile_unchanged() {
     let model = check(&bundle(&[("seed.yaml", SEED), ("app.yaml", SEED_APP)])).unwrap();

@@ -1,6 +1,6 @@
 //! Checks `application` documents: each release channel's runtimes (and
-//! its overrides of their runners), constants, preconditions, protections
-//! and time windows, and that the
+//! its overrides of their runners), constants, preconditions, protections,
+//! time windows and rollout, and that the
 //! preconditions between channels form no cycle (a channel in one could
 //! never deploy).
 
@@ -85,6 +85,7 @@ impl<'a> Checker<'a> {
             &channel.protections,
         );
         let windows = self.windows(source, path, channel);
+        let rollout = self.channel_rollout(source, path, channel, &runtimes);
         ReleaseChannel {
             name: channel.name.clone(),
             runtimes,
@@ -94,6 +95,7 @@ impl<'a> Checker<'a> {
             protections,
             windows,
             runner_overrides,
+            rollout,
         }
     }
 

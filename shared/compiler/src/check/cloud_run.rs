@@ -12,9 +12,12 @@ use super::service::ServiceInput;
 use crate::config::ParsedDocument;
 use crate::config::schema::{CloudRunRuntimeDoc, RuntimeDoc};
 use crate::model::{CloudRunRuntime, JobTemplate, ReleaseChannel, Runtime};
-use crate::render::cloud_run::check_service;
+use crate::render::cloud_run::{check_service, check_traffic};
+use crate::render::ecs::parse;
 use crate::template::Template;
-use vergence_model::{CloudRunRunnerSpec, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source};
+use vergence_model::{
+    CloudRunRunnerSpec, ConfigError, RunnerKind, RunnerSpec, RunnerUse, RunnerUser, Source,
+};
 
 /// How long one apply or read may take: one or two API calls.
 const DEFAULT_TIMEOUT: SignedDuration = SignedDuration::from_mins(5);
@@ -63,11 +66,15 @@ impl<'a> Checker<'a> {
         let steady = cloud_run
             .steady_state_poll_interval
             .map_or(DEFAULT_STEADY_STATE_POLL_INTERVAL, |d| d.0);
+        let rollout = doc.rollout.as_ref().and_then(|rollout| {
+            self.rollout(source, &FieldPath::root("runtime").key("rollout"), rollout)
+        });
         Some(Runtime {
             cloud_run: Some(CloudRunRuntime {
                 project,
                 region,
                 adopt: cloud_run.adopt.map(Into::into).unwrap_or_default(),
+                rollout,
             }),
             ..Self::builtin_runtime(doc, runner, job, poll, steady)
         })
@@ -143,21 +150,43 @@ impl<'a> Checker<'a> {
                 Err(())
             }
             (Some(_), Some(doc)) => self
-                .cloud_run_file(svc, channel, &path.key("service"), &doc.service)
+                .cloud_run_file(svc, channel, runtime, &path.key("service"), &doc.service)
                 .map(Some)
                 .ok_or(()),
         }
     }
 
+    /// The file, checked now when it has no templates; one with templates
+    /// is checked once rendered, but for a `traffic` of its own where a
+    /// rollout applies, which no value can take away.
     fn cloud_run_file(
         &mut self,
         svc: &ServiceInput<'_>,
         channel: &ReleaseChannel,
+        runtime: &Runtime,
         path: &FieldPath,
         raw: &str,
     ) -> Option<(String, Template)> {
-        self.data_file_template(svc, channel, path, raw, |map| {
-            check_service(map).map(|_| ())
-        })
+        let rollout = channel.rollout_of(runtime);
+        let rollout = rollout.as_ref().map(|(r, whose)| (*r, whose.as_str()));
+        let (file, template) = self.data_file_template(svc, channel, path, raw, |map| {
+            check_service(map)?;
+            check_traffic(map, rollout)
+        })?;
+        // A stand-in for every value: "0" keeps JSON and YAML readable
+        // wherever a template stands (a number, text, a key). A file that
+        // does not read so is left to the check once rendered.
+        let stand_in = template.render(|_| Some("0".to_owned())).ok();
+        let spec = stand_in.and_then(|text| parse(&file, &text).ok());
+        if let Some(Err(message)) = spec.map(|spec| check_traffic(&spec, rollout)) {
+            self.errors.push(ConfigError {
+                file,
+                line: None,
+                path: String::new(),
+                message,
+            });
+            return None;
+        }
+        Some((file, template))
     }
 }

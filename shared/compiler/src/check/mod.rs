@@ -22,6 +22,7 @@ mod parameter_values;
 mod parameters;
 mod parts;
 mod protection;
+mod rollout;
 mod runner;
 mod runner_fields;
 mod runtime;
@@ -40,6 +41,7 @@ use crate::config::schema::{ApplicationDoc, DocumentBody, ProtectionDoc, Runtime
 use crate::config::{ParsedDocument, parse_bundle};
 use field_path::FieldPath;
 pub use parameters::check_docker_image;
+use rollout::RuntimeKind;
 use runner::RuntimeRunner;
 use runtime::RuntimeSource;
 use vergence_model::diagnostics::suggest;
@@ -61,6 +63,7 @@ pub fn check(bundle: &ConfigBundle) -> Result<ConfigModel, ConfigErrors> {
         bundle,
         errors,
         runtime_sources: HashMap::new(),
+        runtime_kinds: BTreeMap::new(),
         protections: BTreeMap::new(),
         runner_uses: Vec::new(),
         local_programs: Vec::new(),
@@ -97,6 +100,9 @@ struct Checker<'a> {
     bundle: &'a ConfigBundle,
     errors: Vec<ConfigError>,
     runtime_sources: HashMap<RuntimeName, RuntimeSource<'a>>,
+    /// The kind of every runtime as written, valid or not, for what a
+    /// release channel asks of its runtimes (a rollout).
+    runtime_kinds: BTreeMap<RuntimeName, RuntimeKind>,
     protections: BTreeMap<ProtectionName, Protection>,
     runner_uses: Vec<RunnerUse>,
     /// Every program of a local job, as written.
@@ -133,6 +139,9 @@ impl<'a> Checker<'a> {
             .collect();
         let mut runtimes = BTreeMap::new();
         for (document, doc) in by_kind.runtimes {
+            self.runtime_kinds
+                .insert(doc.name.clone(), RuntimeKind::of(doc));
+            self.refuse_runtime_rollout(&document.source, doc);
             if let Some(runtime) = self.runtime(document, doc) {
                 runtimes.insert(runtime.name.clone(), runtime);
             }

@@ -146,6 +146,10 @@ pub struct RuntimeDoc {
     /// The Terraform runtime: Vergence plans and applies a module itself,
     /// on the runtime's runner.
     pub terraform: Option<TerraformRuntimeDoc>,
+    /// How a new version takes the traffic of this runtime's services, in
+    /// steps; only a `cloudRun` runtime splits traffic. A release channel's
+    /// own `rollout` replaces it.
+    pub rollout: Option<RolloutDoc>,
 }
 
 /// `terraform: {module, backend, variables, workspace, image, …}`.
@@ -462,6 +466,75 @@ pub struct ReleaseChannelDoc {
     pub denied_times: Vec<DenyWindowDoc>,
     #[serde(default)]
     pub protections: Vec<ProtectionAttachmentDoc>,
+    /// How a new version takes the traffic in this channel, in steps;
+    /// replaces its runtimes' own. Every runtime the channel lists must be
+    /// a `cloudRun` one.
+    pub rollout: Option<RolloutDoc>,
+}
+
+/// `rollout: {steps: [10, 50, 100], bake: 5m}`: the new version gets each
+/// step's share of the traffic, the previous one keeps the rest, and each
+/// step short of 100% is held `bake` while the channel's protections pass.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutDoc {
+    /// The new version's share of the traffic at each step, in percent:
+    /// increasing, each 1 to 100, the last 100.
+    #[serde(default)]
+    pub steps: Vec<RolloutStepDoc>,
+    /// How long each step short of 100% is held, its checks passing,
+    /// before the next: `5m` unless given; `0s` moves on at the first pass.
+    pub bake: Option<BakeDoc>,
+}
+
+/// One step of a rollout as written. Read as text and checked by the
+/// checker, so `10.5` or `ten` is an error at its line, not one that drops
+/// the whole document.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct RolloutStepDoc(pub String);
+
+impl JsonSchema for RolloutStepDoc {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "RolloutStep".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "description": "The new version's share of the traffic at this step, in percent.",
+        })
+    }
+}
+
+/// A rollout's bake time as written: a duration that, unlike the others,
+/// may be zero, so it is read as text and checked by the checker.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct BakeDoc(pub String);
+
+impl JsonSchema for BakeDoc {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Bake".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "How long each step is held: a number and a unit, like 5m or 30s; 0s to move on at the first pass.",
+            "examples": ["5m", "30s", "0s"],
+        })
+    }
 }
 
 /// `{days: mon-fri, hours: 9-17, timezone: Europe/Berlin}`.

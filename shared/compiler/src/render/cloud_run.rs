@@ -10,7 +10,7 @@ use crate::model::CloudRunRuntime;
 use crate::template::{Reference, Template};
 use vergence_model::cloud_run::annotations;
 use vergence_model::diagnostics::suggest;
-use vergence_model::{CloudRunService, InstanceIds};
+use vergence_model::{CloudRunService, InstanceIds, Rollout};
 
 /// The fields of a Cloud Run `Service` a file may set.
 const SERVICE_KEYS: &[&str] = &[
@@ -34,11 +34,13 @@ const SERVICE_KEYS: &[&str] = &[
     "buildConfig",
 ];
 
-/// Renders the Cloud Run file of one instance; the error names the file.
+/// Renders the Cloud Run file of one instance, to which `rollout` (with
+/// whose it is) applies, if any; the error names the file.
 pub(crate) fn render(
     (file, template): &(String, Template),
     runtime: &CloudRunRuntime,
     ids: &InstanceIds,
+    rollout: Option<(&Rollout, &str)>,
     resolve: impl Fn(&Reference) -> Option<String>,
 ) -> Result<CloudRunService, String> {
     let located = |line: Option<usize>, message: String| match line {
@@ -47,6 +49,7 @@ pub(crate) fn render(
     };
     let mut spec = parse(file, &template.render(&resolve)?).map_err(|(l, m)| located(l, m))?;
     let service_name = check_service(&spec).map_err(|m| located(None, m))?;
+    check_traffic(&spec, rollout).map_err(|m| located(None, m))?;
     spec.remove("name");
     Ok(CloudRunService {
         project: runtime.project.clone(),
@@ -57,6 +60,7 @@ pub(crate) fn render(
         version: String::new(),
         file: file.clone(),
         adopt: runtime.adopt,
+        traffic_percent: None,
     })
 }
 
@@ -105,6 +109,22 @@ pub(crate) fn check_service(map: &Map<String, Value>) -> Result<String, String> 
     Ok(name.to_owned())
 }
 
+/// A service's own `traffic` where a rollout applies is refused: the
+/// rollout sets the traffic at each step, and a split written in the file
+/// would be undone by the next step (or undo it).
+pub(crate) fn check_traffic(
+    map: &Map<String, Value>,
+    rollout: Option<(&Rollout, &str)>,
+) -> Result<(), String> {
+    match rollout {
+        Some((rollout, whose)) if map.contains_key("traffic") => Err(format!(
+            "'traffic' is set by the rollout of {whose} ({}): at each step it splits the traffic between the new revision (tag canary) and the one before (tag stable); remove 'traffic' from the file",
+            rollout.describe()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Cloud Run service ids: what revision names (`{id}-v{10 hex}`) leave room for.
 fn is_service_id(name: &str) -> bool {
     let mut chars = name.chars();
@@ -116,7 +136,9 @@ fn is_service_id(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use jiff::SignedDuration;
     use serde_json::json;
+    use vergence_model::InstanceKey;
 
     use super::*;
 
@@ -151,6 +173,38 @@ mod tests {
             check_service(&object(json!({"name": "Web"})))
                 .unwrap_err()
                 .contains("'name' is required")
+        );
+    }
+
+    #[test]
+    fn a_rendered_file_with_its_own_traffic_is_refused_where_a_rollout_applies() {
+        let text = "name: web\ntraffic: [{type: TRAFFIC_TARGET_ALLOCATION_TYPE_LATEST, percent: {{.Params.share}}}]\n";
+        let file = ("run/web.yaml".to_owned(), Template::parse(text).unwrap());
+        let runtime = CloudRunRuntime {
+            project: "shop".into(),
+            region: "europe-west1".into(),
+            adopt: Default::default(),
+            rollout: None,
+        };
+        let key = InstanceKey::new(
+            "shop".parse().unwrap(),
+            "web".parse().unwrap(),
+            "prod".parse().unwrap(),
+        );
+        let ids = InstanceIds::of(&key);
+        let rollout = Rollout {
+            steps: vec![10, 100],
+            bake: SignedDuration::ZERO,
+        };
+        let share = |_: &Reference| Some("100".to_owned());
+        let whose = Some((&rollout, "release channel 'prod'"));
+        assert_eq!(
+            render(&file, &runtime, &ids, whose, share).unwrap_err(),
+            "run/web.yaml: 'traffic' is set by the rollout of release channel 'prod' (10% → 100%, each held 0s): at each step it splits the traffic between the new revision (tag canary) and the one before (tag stable); remove 'traffic' from the file"
+        );
+        assert!(
+            render(&file, &runtime, &ids, None, share).is_ok(),
+            "without a rollout the file's traffic is its own"
         );
     }
 }

@@ -202,13 +202,7 @@ fn runner_uses_say_which_runners_the_config_names_and_where() {
 
 /// The YAML blocks of the "Runner examples" section of docs/config.md.
 fn documented_runner_examples() -> Vec<&'static str> {
-    const REFERENCE: &str = include_str!("../../../../docs/config.md");
-    let start = REFERENCE
-        .find("### Runner examples")
-        .expect("docs/config.md has runner examples");
-    let section = &REFERENCE[start..];
-    let end = section[4..].find("\n#").map_or(section.len(), |i| i + 4);
-    section[..end]
+    config_reference_section("### Runner examples")
         .split("```yaml\n")
         .skip(1)
         .filter_map(|block| block.split("```").next())

@@ -653,3 +653,82 @@ fn every_secret_source_error_names_its_field() {
         ],
     );
 }
+
+/// A rollout's steps and bake, wrong in every way, on Cloud Run runtimes
+/// and release channels; and a rollout on every kind of runtime that has no
+/// traffic to split, on the runtime and through a channel that lists it.
+const ROLLOUT_RUNTIMES: &str = r#"runtime:
+  name: run
+  cloudRun: {project: shop, region: europe-west1}
+  rollout:
+    steps: [10, ten, 0, 150, 10.5]
+    bake: soon
+---
+runtime:
+  name: run-ok
+  cloudRun: {project: shop, region: europe-west1}
+  rollout: {steps: [50, 50, 30, 100], bake: 0s}
+---
+runtime:
+  name: fargate
+  ecs: {cluster: shop}
+  rollout: {steps: [10, 100]}
+---
+runtime:
+  name: cluster
+  kubernetes: {agent: prod}
+  rollout: {steps: [10, 100]}
+---
+runtime:
+  name: network
+  terraform: {module: /modules/network}
+  rollout: {steps: [10, 100]}
+---
+runtime:
+  name: script
+  apply: {taskConfig: {program: {cmd: [./x]}}}
+  rollout: {steps: [100]}
+"#;
+
+const ROLLOUT_APP: &str = r#"application:
+  name: shop
+  releaseChannels:
+    - name: staging
+      runtimes: [{runtime: run}, {runtime: fargate}, {runtime: script}]
+      rollout: {steps: [10, 60], bake: -5m}
+    - name: qa
+      runtimes: [{runtime: run}]
+      rollout: {bake: 1m}
+    - name: prod
+      runtimes: [{runtime: cluster}, {runtime: network}]
+      rollout:
+        steps: []
+"#;
+
+#[test]
+fn every_rollout_error_names_its_field() {
+    assert_errors(
+        &[("rt.yaml", ROLLOUT_RUNTIMES), ("app.yaml", ROLLOUT_APP)],
+        &[
+            "app.yaml:6: application.releaseChannels[0].rollout: runtime 'fargate' of release channel 'staging' is an ecs runtime, which cannot take a rollout (only cloudRun splits traffic between revisions); remove `rollout` here, or give it to the cloudRun runtimes themselves. ECS shifts traffic itself: set `deploymentConfiguration.strategy` (CANARY, LINEAR or BLUE_GREEN, with its bake time) in the service's ECS service file, and Vergence reads the deployment back as ECS runs it",
+            "app.yaml:6: application.releaseChannels[0].rollout: runtime 'script' of release channel 'staging' is a custom runtime, which cannot take a rollout (only cloudRun splits traffic between revisions); remove `rollout` here, or give it to the cloudRun runtimes themselves. Your own commands deploy it, with no traffic Vergence can split: guard the release channel with deployment and postDeployment protections instead",
+            "app.yaml:6: application.releaseChannels[0].rollout.bake: bake \"-5m\" is negative: write how long each step is held, like 5m, or 0s",
+            "app.yaml:6: application.releaseChannels[0].rollout.steps[1]: the last step is 60, not 100: a rollout ends with the new version taking all the traffic; add it: `steps: [10, 60, 100]`",
+            "app.yaml:9: application.releaseChannels[1].rollout.steps: a rollout needs steps: the new version's share of the traffic at each, in percent, ending at 100, e.g. `steps: [10, 50, 100]`",
+            "app.yaml:12: application.releaseChannels[2].rollout: runtime 'cluster' of release channel 'prod' is a kubernetes runtime, which cannot take a rollout (only cloudRun splits traffic between revisions); remove `rollout` here, or give it to the cloudRun runtimes themselves. Kubernetes rolls a Deployment out itself: set `spec.strategy.rollingUpdate` (maxSurge, maxUnavailable) in the Deployment's manifest, and Vergence reads the rollout back as it goes",
+            "app.yaml:12: application.releaseChannels[2].rollout: runtime 'network' of release channel 'prod' is a terraform runtime, which cannot take a rollout (only cloudRun splits traffic between revisions); remove `rollout` here, or give it to the cloudRun runtimes themselves. Terraform applies a plan, with no traffic to split: guard the release channel with deployment and postDeployment protections instead",
+            "app.yaml:13: application.releaseChannels[2].rollout.steps: a rollout needs steps: the new version's share of the traffic at each, in percent, ending at 100, e.g. `steps: [10, 50, 100]`",
+            "rt.yaml:5: runtime.rollout.steps[1]: step \"ten\" is not a whole percentage from 1 to 100: write the new version's share of the traffic, like 10 or 50",
+            "rt.yaml:5: runtime.rollout.steps[2]: step \"0\" is not a whole percentage from 1 to 100: write the new version's share of the traffic, like 10 or 50",
+            "rt.yaml:5: runtime.rollout.steps[3]: step \"150\" is not a whole percentage from 1 to 100: write the new version's share of the traffic, like 10 or 50",
+            "rt.yaml:5: runtime.rollout.steps[4]: step \"10.5\" is not a whole percentage from 1 to 100: write the new version's share of the traffic, like 10 or 50",
+            "rt.yaml:6: runtime.rollout.bake: bake \"soon\" is not a duration: write a number and a unit, like 5m or 30s (0s moves on as soon as the checks pass)",
+            "rt.yaml:11: runtime.rollout.steps[1]: step 50 is not above the step before it (50): each step gives the new version more of the traffic, e.g. `steps: [10, 50, 100]`",
+            "rt.yaml:11: runtime.rollout.steps[2]: step 30 is not above the step before it (50): each step gives the new version more of the traffic, e.g. `steps: [10, 50, 100]`",
+            "rt.yaml:16: runtime.rollout: an ecs runtime cannot take a rollout (only cloudRun splits traffic between revisions); remove it. ECS shifts traffic itself: set `deploymentConfiguration.strategy` (CANARY, LINEAR or BLUE_GREEN, with its bake time) in the service's ECS service file, and Vergence reads the deployment back as ECS runs it",
+            "rt.yaml:21: runtime.rollout: a kubernetes runtime cannot take a rollout (only cloudRun splits traffic between revisions); remove it. Kubernetes rolls a Deployment out itself: set `spec.strategy.rollingUpdate` (maxSurge, maxUnavailable) in the Deployment's manifest, and Vergence reads the rollout back as it goes",
+            "rt.yaml:26: runtime.rollout: a terraform runtime cannot take a rollout (only cloudRun splits traffic between revisions); remove it. Terraform applies a plan, with no traffic to split: guard the release channel with deployment and postDeployment protections instead",
+            "rt.yaml:31: runtime.rollout: a custom runtime cannot take a rollout (only cloudRun splits traffic between revisions); remove it. Your own commands deploy it, with no traffic Vergence can split: guard the release channel with deployment and postDeployment protections instead",
+        ],
+    );
+}
