@@ -24,6 +24,17 @@ const SERVICE: &str = "projects/shop-prod/locations/europe-west1/services/web-pr
 
 /// The config; `adopt` is the Cloud Run runtime's setting, if any.
 fn write_config(dir: &std::path::Path, adopt: Option<&str>) {
+    write_config_with(dir, adopt, None);
+}
+
+/// prod rolled out in two steps, 50% held 2 minutes, guarded by a
+/// `prometheus` protection on the error ratio at `prometheus`; the service
+/// does not roll back by itself.
+fn write_rollout_config(dir: &std::path::Path, prometheus: &str) {
+    write_config_with(dir, None, Some(prometheus));
+}
+
+fn write_config_with(dir: &std::path::Path, adopt: Option<&str>, prometheus: Option<&str>) {
     let adopt = adopt.map(|a| format!(", adopt: {a}")).unwrap_or_default();
     let runtime = format!(
         "runtime:\n  name: run\n  cloudRun: {{project: shop-prod, region: europe-west1, pollInterval: 20s, steadyStatePollInterval: 1m{adopt}}}\n  convergenceGracePeriod: 1m\n"
@@ -44,6 +55,26 @@ fn write_config(dir: &std::path::Path, adopt: Option<&str>) {
     ];
     std::fs::write(dir.join("runtime.yaml"), runtime).unwrap();
     std::fs::create_dir_all(dir.join("run")).unwrap();
+    if let Some(url) = prometheus {
+        let application = "application:\n  name: shop\n  releaseChannels:\n    - name: prod\n      runtimes: [{runtime: run}]\n      rollout: {steps: [50, 100], bake: 2m}\n      protections:\n        - ref: {name: error-ratio}\n          lifecycle: [{deployment: {failureBehavior: BLOCK}}]\n";
+        let protection = format!(
+            "protection:\n  name: error-ratio\n  prometheus:\n    url: {url}\n    query: 'shop_error_ratio{{service=\"web\"}}'\n    threshold: {{max: 0.05}}\n  pollInterval: 20s\n"
+        );
+        let service = "service:\n  name: web\n  cloudRun: {service: run/web.yaml}\n  autoRollback: {disabled: true}\n  parameters: [{name: image, dockerImage: {}, required: true}]\n";
+        for (file, content) in [
+            ("web.yaml", service),
+            ("application.yaml", application),
+            ("protection.yaml", &protection),
+        ] {
+            std::fs::write(dir.join(file), content).unwrap();
+        }
+        std::fs::write(
+            dir.join("run/web.yaml"),
+            "name: web-{{.Builtins.ReleaseChannel.Name}}\ntemplate:\n  containers:\n    - image: \"{{.Params.image}}\"\n",
+        )
+        .unwrap();
+        return;
+    }
     for (file, content) in files {
         std::fs::write(dir.join(file), content).unwrap();
     }
@@ -122,6 +153,10 @@ impl Bed {
 
 /// The deployment on the fake Cloud Run API, with the config applied.
 async fn bed(adopt: Option<&str>, fake: FakeCloudRun) -> Option<Bed> {
+    bed_with(fake, |dir| write_config(dir, adopt)).await
+}
+
+async fn bed_with(fake: FakeCloudRun, config: impl FnOnce(&std::path::Path)) -> Option<Bed> {
     let (dynamodb, sqs) = endpoints()?;
     let clock = Arc::new(ManualClock::new(Timestamp::now()));
     let mut h = Harness::start_with_clock(&dynamodb, &sqs, Some(clock.clone())).await;
@@ -130,7 +165,7 @@ async fn bed(adopt: Option<&str>, fake: FakeCloudRun) -> Option<Bed> {
         .unwrap();
     h.deployment = h.deployment.clone().with_cloud_run(clients);
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), adopt);
+    config(dir.path());
     h.control()
         .apply_config(vergence_compiler::read_dir(dir.path()).unwrap(), "ci")
         .await
@@ -251,5 +286,119 @@ async fn with_adopt_apply_an_existing_service_that_differs_is_applied_without_ap
         ) || matches!(e.kind, EventKind::Adopted { .. })),
         "{:#?}",
         events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
+}
+
+impl Bed {
+    /// The service's traffic as `(revision, percent, tag)`, by the
+    /// version each revision was made for.
+    fn traffic(&self) -> Vec<(String, i64, String)> {
+        let service = self.fake.service(SERVICE).unwrap();
+        let mut routes: Vec<(String, i64, String)> = service["trafficStatuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let revision = t["revision"].as_str().unwrap_or_default();
+                let name = format!("{SERVICE}/revisions/{revision}");
+                let version = self
+                    .fake
+                    .revision(&name)
+                    .and_then(|r| {
+                        r["annotations"]["vergence.dev/version"]
+                            .as_str()
+                            .map(str::to_owned)
+                    })
+                    .unwrap_or_else(|| format!("unknown revision {revision}"));
+                (
+                    version,
+                    t["percent"].as_i64().unwrap_or(0),
+                    t["tag"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        routes.sort();
+        routes
+    }
+
+    async fn reason(&self) -> String {
+        self.h.instances().await.remove(0).state.reason
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_splits_the_traffic_in_steps_and_a_prometheus_check_sends_it_back() {
+    let exporter = vergence_testkit::prometheus::Exporter::start(0.0);
+    let Some(prometheus) = vergence_testkit::prometheus::Prometheus::start(&exporter) else {
+        return;
+    };
+    exporter.wait_scraped();
+    let fake = FakeCloudRun::start().await.unwrap();
+    let url = prometheus.url.clone();
+    let Some(mut bed) = bed_with(fake, |dir| write_rollout_config(dir, &url)).await else {
+        return;
+    };
+
+    // A first deployment has nothing to split with: all of it at once.
+    bed.release("v1").await;
+    bed.converged_on("v1").await;
+    assert_eq!(bed.traffic(), [("v1".to_owned(), 100, String::new())]);
+
+    // v2 takes half, tagged, and holds it for the bake while the error
+    // ratio stays low; then all of it.
+    bed.release("v2").await;
+    bed.run_until("v2 at 50%", |r| r.state.reason.starts_with("v2 at 50% for"))
+        .await;
+    assert_eq!(
+        bed.traffic(),
+        [
+            ("v1".to_owned(), 50, "stable".to_owned()),
+            ("v2".to_owned(), 50, "canary".to_owned())
+        ]
+    );
+    bed.converged_on("v2").await;
+    assert_eq!(bed.traffic(), [("v2".to_owned(), 100, String::new())]);
+    let steps: Vec<String> = bed
+        .h
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| matches!(e.kind, EventKind::RolloutStep { .. }))
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(
+        steps,
+        ["v2 has 50% of the traffic", "v2 has 100% of the traffic"]
+    );
+
+    // v3's errors rise mid-bake: the step fails, the traffic goes back to
+    // v2, and v3 stays FAILED (no automatic rollback here).
+    bed.release("v3").await;
+    bed.run_until("v3 at 50%", |r| r.state.reason.starts_with("v3 at 50% for"))
+        .await;
+    exporter.set(0.5);
+    exporter.wait_scraped();
+    bed.run_until("v3 failed and its traffic went back", |r| {
+        r.state.status == Status::Failed && r.state.reason.contains("was sent back")
+    })
+    .await;
+    // Cloud Run finishes the change on its own; the fake, when read.
+    for _ in 0..5 {
+        let read = reqwest::get(format!("{}/v2/{SERVICE}", bed.fake.url()))
+            .await
+            .unwrap();
+        assert!(read.status().is_success());
+    }
+    let reason = bed.reason().await;
+    assert!(
+        reason.starts_with("the rollout of v3 stopped at 50% of the traffic: deployment check error-ratio of v3 failed"),
+        "{reason}"
+    );
+    assert_eq!(
+        bed.traffic(),
+        [
+            ("v2".to_owned(), 100, "stable".to_owned()),
+            ("v3".to_owned(), 0, "canary".to_owned())
+        ]
     );
 }

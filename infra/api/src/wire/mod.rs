@@ -52,6 +52,47 @@ pub struct InstanceView {
     /// The plan the next apply would use (and an approval binds to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanView>,
+    /// Where the desired version's rollout in steps stands, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutView>,
+}
+
+/// A rollout in steps as people read it: `v2 at 50% (step 1 of 2)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    pub version: Version,
+    /// The step being applied or held, from 1.
+    pub step: usize,
+    /// The share of the traffic each step gives the version.
+    pub steps: Vec<u8>,
+    /// This step's share.
+    pub percent: u8,
+    /// When the runtime reached this step (the bake runs from then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached_at: Option<Timestamp>,
+    /// How long each step short of 100% is held, in seconds.
+    pub bake_seconds: i64,
+    /// When a failed check sent the traffic back to the version before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_back_at: Option<Timestamp>,
+}
+
+impl RolloutView {
+    fn of(record: &InstanceRecord) -> Option<Self> {
+        let rollout = record.desired.compiled()?.rollout.as_ref()?;
+        let target = record.state.target.as_ref()?;
+        let progress = target.rollout.as_ref()?;
+        Some(Self {
+            version: target.version.clone(),
+            step: progress.step + 1,
+            steps: rollout.steps.clone(),
+            percent: rollout.percent(progress.step),
+            reached_at: progress.reached_at,
+            bake_seconds: rollout.bake.as_secs(),
+            traffic_back_at: progress.traffic_back_at,
+        })
+    }
 }
 
 /// A plan as people read it: its digest, a Terraform plan's changes, and
@@ -116,6 +157,7 @@ impl InstanceView {
             info_text: record.state.info_text.clone(),
             info_failure: record.state.info_failure.clone(),
             plan: plan.map(PlanView::of),
+            rollout: RolloutView::of(record),
         }
     }
 }
