@@ -435,3 +435,73 @@ async fn an_existing_service_that_differs_is_taken_over_once_approved() {
         "taken over, not adopted"
     );
 }
+
+/// A service ECS deploys with its own CANARY strategy, through the worker:
+/// while ECS shifts and bakes, the instance is VERIFYING with ECS's stage;
+/// ECS's success converges it; ECS's own rollback (an alarm) fails the
+/// release here, and Vergence's rollback brings the version before back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ecs_own_canary_deployment_is_followed_and_its_rollback_fails_the_release() {
+    let Some(mut bed) = bed().await else { return };
+    bed.release("v1").await;
+    bed.converged_on("v1").await;
+
+    let canary = serde_json::json!({
+        "strategy": "CANARY",
+        "bakeTimeInMinutes": 5,
+        "canaryConfiguration": {"canaryPercent": 10.0, "canaryBakeTimeInMinutes": 3},
+        "alarms": {"alarmNames": ["web-5xx"], "enable": true, "rollback": true},
+    });
+    let deployment = |bed: &Bed, body: serde_json::Value| {
+        bed.moto
+            .injector
+            .service_deployment(&bed.name, canary.clone(), body);
+    };
+    deployment(
+        &bed,
+        serde_json::json!({"status": "IN_PROGRESS", "lifecycleStage": "BAKE_TIME"}),
+    );
+    bed.release("v2").await;
+    bed.run_until("v2's canary bakes", |r| {
+        r.state.status == Status::Verifying
+            && r.state
+                .reason
+                .contains("ECS CANARY deployment of 10% first: BAKE_TIME")
+    })
+    .await;
+    deployment(
+        &bed,
+        serde_json::json!({"status": "SUCCESSFUL", "lifecycleStage": "CLEAN_UP"}),
+    );
+    bed.converged_on("v2").await;
+
+    // ECS rolls v3 back on its alarm: each attempt fails, then Vergence
+    // rolls back to v2, which ECS deploys as it should.
+    deployment(
+        &bed,
+        serde_json::json!({
+            "status": "ROLLBACK_SUCCESSFUL",
+            "lifecycleStage": "CLEAN_UP",
+            "alarms": {"status": "TRIGGERED", "alarmNames": ["web-5xx"], "triggeredAlarmNames": ["web-5xx"]},
+            "rollback": {"reason": "Rolled back because alarm web-5xx went into ALARM"},
+        }),
+    );
+    bed.release("v3").await;
+    bed.run_until("v3 failed", |r| r.state.rollback.is_some())
+        .await;
+    let events = bed.h.events().await;
+    assert!(
+        events.iter().any(|e| e.message.contains(
+            "ECS rolled the CANARY deployment back (ROLLBACK_SUCCESSFUL) (alarms in ALARM: web-5xx)"
+        )),
+        "{:#?}",
+        events.iter().map(|e| e.message.clone()).collect::<Vec<_>>()
+    );
+    deployment(
+        &bed,
+        serde_json::json!({"status": "SUCCESSFUL", "lifecycleStage": "CLEAN_UP"}),
+    );
+    bed.run_until("rolled back", |r| r.state.status == Status::RolledBack)
+        .await;
+    assert_eq!(bed.running().await.1.as_deref(), Some("v2"));
+}

@@ -71,9 +71,22 @@ impl Decider<'_> {
     ) {
         let (Some(rollout), Some(progress)) = (spec.rollout.as_ref(), target.rollout.as_ref())
         else {
+            // The rollout was taken out of the config mid-way: the version
+            // gets all the traffic at once.
             self.target().rollout = None;
-            self.converged(spec);
-            self.post_deployment(spec);
+            match observation.traffic_percent.filter(|share| *share < 100) {
+                Some(share) => {
+                    let seen = format!(
+                        "{} has {share}% of the traffic and no rollout any more",
+                        spec.version
+                    );
+                    self.want_apply(spec, target, Some((false, seen)));
+                }
+                None => {
+                    self.converged(spec);
+                    self.post_deployment(spec);
+                }
+            }
             return;
         };
         let want = rollout.percent(progress.step);

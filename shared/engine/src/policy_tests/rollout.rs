@@ -230,3 +230,20 @@ fn with_automatic_rollback_the_rollback_takes_the_traffic_back() {
         "the traffic goes back at once, then the rollback applies v1 when its gates open"
     );
 }
+
+#[test]
+fn a_rollout_taken_out_of_the_config_mid_way_gives_the_version_all_the_traffic() {
+    let (mut sim, mut world) = v1_converged(true);
+    sim.set_desired(release("v2", true));
+    world.run(&mut sim, "v2 at 25%", |s| {
+        s.record.state.reason.starts_with("v2 at 25% for")
+    });
+    let mut without = release("v2", true);
+    without.rollout = None;
+    sim.set_desired(without);
+    world.run(&mut sim, "v2 converges", |s| {
+        s.status() == Status::Converged
+    });
+    assert_eq!(world.applied.last(), Some(&("v2".to_owned(), None)));
+    assert_eq!(world.share, 100);
+}
