@@ -180,14 +180,7 @@ impl Decider<'_> {
                 look_again_at,
                 notes,
             } => {
-                for key in &run {
-                    if self.state.in_flight.is_none() {
-                        self.dispatch_protection(spec, key);
-                    }
-                }
-                if let Some(at) = look_again_at {
-                    self.check_at(at);
-                }
+                self.run_checks(spec, &run, look_again_at);
                 let checks = if notes.is_empty() {
                     String::new()
                 } else {

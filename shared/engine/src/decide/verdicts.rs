@@ -51,14 +51,7 @@ impl Decider<'_> {
                 look_again_at,
                 notes,
             } => {
-                for key in &run {
-                    if self.state.in_flight.is_none() {
-                        self.dispatch_protection(spec, key);
-                    }
-                }
-                if let Some(at) = look_again_at {
-                    self.check_at(at);
-                }
+                self.run_checks(spec, &run, look_again_at);
                 self.set_status(
                     Status::Converged,
                     format!(
@@ -69,6 +62,24 @@ impl Decider<'_> {
                     None,
                 );
             }
+        }
+    }
+
+    /// Starts the first of the checks due now (one job at a time), and
+    /// looks again when the next one is due.
+    pub(super) fn run_checks(
+        &mut self,
+        spec: &CompiledInstance,
+        run: &[vergence_model::ProtectionKey],
+        look_again_at: Option<Timestamp>,
+    ) {
+        for key in run {
+            if self.state.in_flight.is_none() {
+                self.dispatch_protection(spec, key);
+            }
+        }
+        if let Some(at) = look_again_at {
+            self.check_at(at);
         }
     }
 
