@@ -6,7 +6,7 @@ use anyhow::Result;
 use vergence_engine::control::PauseAction;
 
 use super::{Context, filter, instance_key};
-use crate::args::{Filter, InstanceArgs, PinArgs, RollbackArgs, ScopeArgs};
+use crate::args::{Filter, InstanceArgs, OverrideArgs, PinArgs, RollbackArgs, ScopeArgs};
 use crate::backend::{Access, Backend, Place};
 
 /// Who carries a recorded change out, for confirmations.
@@ -56,6 +56,23 @@ pub async fn rollback(ctx: &Context<'_>, args: &RollbackArgs) -> Result<u8> {
     backend.rollback(&key, args.version.as_ref()).await?;
     println!(
         "rollback of {key} requested; {} carries it out",
+        carried_out_by(backend.as_ref())
+    );
+    Ok(0)
+}
+
+/// Break-glass: what was granted, and that it is on the record.
+pub async fn override_windows(ctx: &Context<'_>, args: &OverrideArgs) -> Result<u8> {
+    let backend = ctx.backend(Access::Existing)?;
+    let key = instance_key(backend.as_ref(), &args.instance).await?;
+    let granted = backend
+        .override_windows(&key, args.version.as_ref(), &args.reason, args.lasting)
+        .await?;
+    println!(
+        "{key}: {} may apply through its freezes and closed windows until {} or until it converges; recorded with the reason {:?}. Approvals, protections and pauses still hold; {} applies it",
+        granted.version,
+        vergence_engine::moment(granted.expires_at),
+        granted.reason,
         carried_out_by(backend.as_ref())
     );
     Ok(0)

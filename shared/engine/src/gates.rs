@@ -195,7 +195,16 @@ fn walk<'a, B>(
         )?;
     }
     if !spec.windows.is_empty() {
-        visit(GateName::TimeWindows, time_windows(spec, facts.now))?;
+        // Break-glass opens the windows, and nothing else, for its version.
+        let overridden = controls
+            .window_override
+            .as_ref()
+            .filter(|o| o.opens(&spec.version, state, facts.now));
+        let gate = match overridden {
+            Some(_) => Gate::Open,
+            None => time_windows(spec, facts.now),
+        };
+        visit(GateName::TimeWindows, gate)?;
     }
     protections(spec, LifecycleKind::Deployment, facts, state, visit)
 }

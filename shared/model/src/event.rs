@@ -105,6 +105,11 @@ pub enum EventKind {
     RollbackRequested {
         to: Option<Version>,
     },
+    /// Break-glass: someone let `version` through the instance's freezes
+    /// and closed windows; the message carries who, why and until when.
+    Overridden {
+        version: Version,
+    },
     /// A convergence step failed in a way retrying does not fix, or its
     /// message was given up on (moved to the dead-letter queue).
     #[serde(rename_all = "camelCase")]
@@ -150,6 +155,7 @@ impl EventKind {
             EventKind::Pinned { .. } => "pinned",
             EventKind::Unpinned => "unpinned",
             EventKind::RollbackRequested { .. } => "rollbackRequested",
+            EventKind::Overridden { .. } => "overridden",
             EventKind::StepFailed { .. } => "stepFailed",
             EventKind::NotificationFailed { .. } => "notificationFailed",
         }

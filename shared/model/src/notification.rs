@@ -41,16 +41,19 @@ pub enum NotificationEvent {
     /// An instance of the application's last release channel converged:
     /// a version reached production.
     Converged,
+    /// Someone broke the glass: a version may apply through a freeze.
+    Overridden,
 }
 
 impl NotificationEvent {
-    pub const ALL: [NotificationEvent; 6] = [
+    pub const ALL: [NotificationEvent; 7] = [
         NotificationEvent::ApprovalNeeded,
         NotificationEvent::Failed,
         NotificationEvent::RolledBack,
         NotificationEvent::DriftDetected,
         NotificationEvent::Blocked,
         NotificationEvent::Converged,
+        NotificationEvent::Overridden,
     ];
 
     /// The name written in config and sent in payloads.
@@ -62,6 +65,7 @@ impl NotificationEvent {
             NotificationEvent::DriftDetected => "driftDetected",
             NotificationEvent::Blocked => "blocked",
             NotificationEvent::Converged => "converged",
+            NotificationEvent::Overridden => "overridden",
         }
     }
 
@@ -74,6 +78,7 @@ impl NotificationEvent {
             NotificationEvent::DriftDetected => "drift detected",
             NotificationEvent::Blocked => "blocked",
             NotificationEvent::Converged => "converged",
+            NotificationEvent::Overridden => "freeze overridden",
         }
     }
 
@@ -92,6 +97,7 @@ impl NotificationEvent {
             EventKind::StepFailed { .. } => Some(NotificationEvent::Failed),
             EventKind::RolledBack { .. } => Some(NotificationEvent::RolledBack),
             EventKind::DriftDetected { .. } => Some(NotificationEvent::DriftDetected),
+            EventKind::Overridden { .. } => Some(NotificationEvent::Overridden),
             EventKind::Converged { .. }
                 if last_channel.is_some() && event.release_channel.as_ref() == last_channel =>
             {

@@ -249,6 +249,35 @@ pub struct InstanceControls {
     /// Holds the instance on this version until unpinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<Pin>,
+    /// Break-glass: this version may be applied through closed windows
+    /// and freezes, until it converges or the override expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_override: Option<WindowOverride>,
+}
+
+/// A break-glass override of the instance's time windows and freezes,
+/// for one version, given with a reason by someone with the `override`
+/// scope. It opens nothing else: approvals, protections and pauses hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowOverride {
+    pub version: Version,
+    pub actor: String,
+    pub reason: String,
+    pub at: Timestamp,
+    pub expires_at: Timestamp,
+}
+
+impl WindowOverride {
+    /// Whether it still opens the windows for `version`: given for it, not
+    /// expired, and the version has not converged since it was given (a
+    /// converged version is done with it; drift remediation under the
+    /// freeze waits like any apply).
+    pub fn opens(&self, version: &Version, state: &crate::InstanceState, now: Timestamp) -> bool {
+        let converged_since = state.current_version.as_ref() == Some(&self.version)
+            && state.converged_at.is_some_and(|at| at >= self.at);
+        &self.version == version && now < self.expires_at && !converged_since
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,9 @@ pub enum Scope {
     /// Push and roll back configs of any part, the shared one included; the
     /// scope of platform tokens, and only theirs.
     Platform,
+    /// Break-glass: apply one version through a freeze or a closed window,
+    /// with a reason (`vergence override`).
+    Override,
 }
 
 impl Scope {
@@ -33,6 +36,7 @@ impl Scope {
             Scope::Approve => "approve",
             Scope::Admin => "admin",
             Scope::Platform => "platform",
+            Scope::Override => "override",
         }
     }
 
@@ -42,8 +46,9 @@ impl Scope {
             "approve" => Ok(Scope::Approve),
             "admin" => Ok(Scope::Admin),
             "platform" => Ok(Scope::Platform),
+            "override" => Ok(Scope::Override),
             other => Err(format!(
-                "unknown scope {other:?}; use release, approve or admin (or platform, with --platform)"
+                "unknown scope {other:?}; use release, approve, override or admin (or platform, with --platform)"
             )),
         }
     }

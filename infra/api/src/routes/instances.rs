@@ -17,8 +17,8 @@ use vergence_model::{InstanceKey, InstanceRecord, Scope, Version};
 use super::{instance_key, parse_json, parse_name, read_body, read_optional_json};
 use crate::auth::{Caller, authenticate};
 use crate::wire::{
-    AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, PinRequest, RollbackBody,
-    RunningJobView, TokenInfo,
+    AlertListResponse, AlertView, InstanceDetail, InstanceView, JobView, OverrideRequest,
+    PinRequest, RollbackBody, RunningJobView, TokenInfo,
 };
 use crate::{ApiError, ApiState};
 
@@ -62,6 +62,21 @@ async fn instance_of_path(
     let key = instance_key(path)?;
     caller.authorize_application(&key.application)?;
     Ok((caller, key))
+}
+
+/// An action on the instance of the path that needs `scope` and a JSON
+/// body: the caller is checked before the body is read.
+async fn action_with_body<T: serde::de::DeserializeOwned>(
+    api: &ApiState,
+    headers: &HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    request: Request,
+    scope: Scope,
+) -> Result<(Caller, InstanceKey, T), ApiError> {
+    let (caller, key) = instance_of_path(api, headers, path).await?;
+    caller.require_scope(scope)?;
+    let body = read_body(api, request).await?;
+    Ok((caller, key, parse_json(&body)?))
 }
 
 /// The instance's record as it is now, or 404 naming it.
@@ -173,10 +188,8 @@ pub(super) async fn pin(
     path: Result<Path<(String, String, String)>, PathRejection>,
     request: Request,
 ) -> Result<Json<InstanceView>, ApiError> {
-    let (caller, key) = instance_of_path(&api, &headers, path).await?;
-    caller.require_scope(Scope::Admin)?;
-    let body = read_body(&api, request).await?;
-    let body: PinRequest = parse_json(&body)?;
+    let (caller, key, body): (_, _, PinRequest) =
+        action_with_body(&api, &headers, path, request, Scope::Admin).await?;
     let version: Version = parse_name(
         "version",
         &body
@@ -184,6 +197,43 @@ pub(super) async fn pin(
             .ok_or_else(|| ApiError::invalid("version", "missing field"))?,
     )?;
     api.control.pin(&key, &version, &caller.actor()).await?;
+    Ok(Json(current(&api, &key).await?))
+}
+
+/// `POST …/release-channels/{rc}/override`: break-glass, as `vergence
+/// override` does. The `override` scope (or `admin`) and a reason.
+pub(super) async fn override_windows(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String, String)>, PathRejection>,
+    request: Request,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (caller, key, body): (_, _, OverrideRequest) =
+        action_with_body(&api, &headers, path, request, Scope::Override).await?;
+    let version: Option<Version> = body
+        .version
+        .map(|v| parse_name("version", &v))
+        .transpose()?;
+    let lasting = body
+        .lasting
+        .map(|text| {
+            text.parse::<jiff::SignedDuration>().map_err(|e| {
+                ApiError::invalid(
+                    "for",
+                    format!("{text:?} is not a duration like 30m or 2h: {e}"),
+                )
+            })
+        })
+        .transpose()?;
+    api.control
+        .override_windows(
+            &key,
+            version.as_ref(),
+            body.reason.as_deref().unwrap_or_default(),
+            lasting,
+            &caller.actor(),
+        )
+        .await?;
     Ok(Json(current(&api, &key).await?))
 }
 

@@ -101,7 +101,7 @@ fn notification_mistakes_are_reported_with_file_line_and_field() {
     );
     let errors = errors_of(&[("seed.yaml", SEED), ("app.yaml", &app)]);
     let want = "app.yaml:15: application.notifications[0].on[1]: unknown value 'deployed'; \
-                expected one of: approvalNeeded, failed, rolledBack, driftDetected, blocked, converged";
+                expected one of: approvalNeeded, failed, rolledBack, driftDetected, blocked, converged, overridden";
     assert!(errors.iter().any(|e| e == want), "{errors:#?}");
     // A value that cannot be read stops the checks of the document; fixed,
     // the unknown key and the checker's own findings show.
@@ -112,7 +112,7 @@ fn notification_mistakes_are_reported_with_file_line_and_field() {
         "app.yaml:16: application.notifications[1].name: notification 'chat' is defined twice",
         "app.yaml:19: application.notifications[1].releaseChannels[0]: unknown release channel 'prdo'; did you mean 'prod'?",
         "app.yaml:21: application.notifications[2].webhook.signingSecret: webhook needs signingSecret",
-        "app.yaml:22: application.notifications[2].on: list the events to notify about: one or more of approvalNeeded, failed, rolledBack, driftDetected, blocked, converged",
+        "app.yaml:22: application.notifications[2].on: list the events to notify about: one or more of approvalNeeded, failed, rolledBack, driftDetected, blocked, converged, overridden",
         "app.yaml:25: application.notifications[3].webhook: a notification has exactly one target; found slack and webhook",
         "app.yaml:27: application.notifications[4]: give the notification a target",
         "app.yaml:30: application.notifications[5].slack.webhookUrl.gcpSecretManager: gcpSecretManager is read by the runner whose jobs use it",

@@ -105,6 +105,16 @@ fn controls(record: &InstanceRecord) -> Vec<String> {
             moment(p.at)
         ));
     }
+    if let Some(o) = &record.controls.window_override {
+        lines.push(format!(
+            "  freezes and windows overridden for {} by {} at {} until {} (or until it converges): {}",
+            o.version,
+            o.actor,
+            moment(o.at),
+            moment(o.expires_at),
+            o.reason
+        ));
+    }
     if let Some(r) = &record.state.rollback {
         lines.push(format!(
             "  rollback: {} → {} since {} ({})",

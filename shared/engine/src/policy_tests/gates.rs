@@ -91,6 +91,83 @@ fn a_freeze_inside_the_allowed_window_blocks_and_lifts() {
     assert_eq!(sim.step().jobs[0].kind, JobKind::Apply);
 }
 
+/// In the holiday freeze, at `version`, with an approval before apply.
+fn frozen(version: &str) -> Sim {
+    let mut s = spec("prod", version, None);
+    s.windows = TimeWindows {
+        allowed: Vec::new(),
+        denied: vec![DenyWindow::Between {
+            name: Some("holidays".into()),
+            start: "2026-12-20T00:00:00Z".parse().unwrap(),
+            end: "2027-01-02T00:00:00Z".parse().unwrap(),
+        }],
+    };
+    let mut sim = Sim::new(s);
+    sim.now = "2026-12-24T10:00:00Z".parse().unwrap();
+    sim
+}
+
+fn glass(version: &str, sim: &Sim, hours: i64) -> WindowOverride {
+    WindowOverride {
+        version: n(version),
+        actor: "alice".into(),
+        reason: "incident 123".into(),
+        at: sim.now,
+        expires_at: sim.now + SignedDuration::from_hours(hours),
+    }
+}
+
+#[test]
+fn a_break_glass_override_lets_its_version_through_a_freeze_and_nothing_else() {
+    // Another version's override, or an expired one, opens nothing.
+    let mut sim = frozen("v1");
+    sim.record.controls.window_override = Some(glass("v0", &sim, 2));
+    assert!(sim.step().jobs.is_empty());
+    assert_eq!(sim.status(), Status::Blocked);
+    sim.record.controls.window_override = Some(glass("v1", &sim, 2));
+    sim.advance(SignedDuration::from_hours(3));
+    assert!(sim.step().jobs.is_empty(), "expired");
+
+    // v1's own override: v1 applies in the freeze.
+    sim.record.controls.window_override = Some(glass("v1", &sim, 2));
+    assert_eq!(sim.step().jobs[0].kind, JobKind::Apply);
+    sim.finish(0, "");
+    assert_eq!(sim.status(), Status::Converged);
+
+    // Converged, the override is spent: drift waits for the freeze to end
+    // like any apply.
+    let mut s = sim.record.desired.compiled().unwrap().clone();
+    s.fetch = spec("prod", "v1", Some(FetchMode::ExitCode)).fetch;
+    sim.set_desired(s);
+    sim.advance(SignedDuration::from_mins(1));
+    assert_eq!(sim.step().jobs[0].kind, JobKind::Fetch);
+    sim.finish(2, "drifted");
+    assert!(sim.last_jobs().is_empty(), "{:?}", sim.last_jobs());
+    assert_eq!(sim.status(), Status::Blocked);
+    assert!(
+        sim.record.state.reason.contains("holidays"),
+        "{}",
+        sim.record.state.reason
+    );
+
+    // A pause and an approval are not opened by it.
+    let mut sim = frozen("v2");
+    let mut s = sim.record.desired.compiled().unwrap().clone();
+    s.require_approval_before_apply = true;
+    sim.set_desired(s);
+    sim.record.controls.window_override = Some(glass("v2", &sim, 2));
+    assert!(sim.step().jobs.is_empty());
+    assert_eq!(sim.status(), Status::WaitingApproval);
+    let mut sim = frozen("v2");
+    sim.record.controls.window_override = Some(glass("v2", &sim, 2));
+    sim.record.controls.paused = Some(ControlMark {
+        actor: "bob".into(),
+        at: sim.now,
+    });
+    assert!(sim.step().jobs.is_empty());
+    assert_eq!(sim.status(), Status::Paused);
+}
+
 #[test]
 fn a_block_protection_runs_before_the_apply_and_holds_it_while_failing() {
     let mut s = spec("prod", "v1", None);

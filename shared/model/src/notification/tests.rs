@@ -86,6 +86,13 @@ fn each_event_people_act_on_is_recognised_and_routine_ones_are_not() {
         ),
         ("prod", drift, Some(N::DriftDetected)),
         ("prod", converged("v2"), Some(N::Converged)),
+        (
+            "staging",
+            EventKind::Overridden {
+                version: version("v2"),
+            },
+            Some(N::Overridden),
+        ),
         // Converging in an earlier channel is routine.
         ("staging", converged("v2"), None),
         ("prod", status(Status::Applying), None),
