@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use vergence_engine::metrics::Lookback;
 use vergence_model::{DeploymentTarget, Version};
 use vergence_runner_local::ContainerEngine;
 
@@ -118,6 +119,9 @@ pub enum Command {
     Approve(ApproveArgs),
     /// Show the audit trail.
     Events(EventsArgs),
+    /// Show delivery metrics: deployment frequency, lead time, change
+    /// failure rate and time to restore, from the events.
+    Metrics(MetricsArgs),
     /// Show what applying the config would change, without running anything.
     Plan,
     /// Set or list alert states that protections refer to.
@@ -133,6 +137,9 @@ pub enum Command {
     Unpin(InstanceArgs),
     /// Roll one instance back to its last good version (or --version).
     Rollback(RollbackArgs),
+    /// Break-glass: let one instance's next version apply through its
+    /// freezes and closed windows, with a reason for the record.
+    Override(OverrideArgs),
     /// Explain why an instance is where it is.
     Explain(InstanceArgs),
     /// Serve the HTTP API over the local state and run the engine, until Ctrl-C.
@@ -232,6 +239,22 @@ pub struct PinArgs {
     pub instance: InstanceArgs,
     /// A released version.
     pub version: Version,
+}
+
+#[derive(Debug, Args)]
+pub struct OverrideArgs {
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+    /// Why (required): kept in the audit trail and sent to notifications.
+    #[arg(long)]
+    pub reason: String,
+    /// The version the instance is headed for; default: that version.
+    #[arg(long)]
+    pub version: Option<Version>,
+    /// How long the override lasts at most, unless the version converges
+    /// first (`30m`, `2h`; at most 24h).
+    #[arg(long = "for", value_name = "DURATION", default_value = "2h")]
+    pub lasting: jiff::SignedDuration,
 }
 
 #[derive(Debug, Args)]
@@ -366,6 +389,20 @@ pub struct EventsArgs {
     /// Only the newest N events.
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub limit: usize,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Only this application [default: every one; with --endpoint, the
+    /// token's].
+    #[arg(long = "app", value_name = "APP")]
+    pub application: Option<String>,
+    /// How far back from now: `30d`, `12h`, `2w`, `1d12h` (a day is 24
+    /// hours).
+    #[arg(long, default_value = "30d", value_name = "DURATION")]
+    pub since: Lookback,
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }

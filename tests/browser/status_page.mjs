@@ -137,6 +137,21 @@ try {
   check(approvals.length === services.length, `approvals recorded: ${approvals.length}`);
   check(approvals.every((e) => e.actor.startsWith('api:token-')), 'approvals name the token');
 
+  // The delivery metrics panel, read again with the page: what the API
+  // measures now that everything converged.
+  const metrics = await api('/v1/applications/shop/metrics?since=30d');
+  check(metrics.releases === services.length, `releases measured: ${JSON.stringify(metrics)}`);
+  await page.reload();
+  await page
+    .locator('#metrics [data-metric=deployment-frequency] .from')
+    .filter({ hasText: `${metrics.deployments} deployment(s) to prod` })
+    .waitFor({ timeout: 10_000 });
+  check((await page.locator('#metrics .metric').count()) === 4, 'the four delivery measures');
+  const failures = await page.locator('#metrics [data-metric=change-failure-rate] .from').textContent();
+  check(failures === `0 of ${services.length} release(s) failed`, `change failure rate: ${failures}`);
+  const lead = await page.locator('#metrics [data-metric=lead-time] .from').textContent();
+  check(lead.endsWith(`${services.length} release(s) deployed`), `lead time: ${lead}`);
+
   mkdirSync(dirname(screenshot), { recursive: true });
   await page.screenshot({ path: screenshot });
 

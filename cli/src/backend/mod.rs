@@ -20,6 +20,7 @@ use vergence_api::wire::{
     ValidationReport,
 };
 use vergence_engine::control::{ApplyReport, PartVersion, PauseAction};
+use vergence_engine::metrics::{DeliveryMetrics, Lookback};
 use vergence_model::ports::{CompiledConfig, InstanceFilter};
 use vergence_model::{
     ApplicationName, Approval, ConfigBundle, ConfigError, Event, EventFilter, InstanceKey, Release,
@@ -172,6 +173,13 @@ pub trait Backend: Send + Sync {
     /// The text of the pending plans' files, where it can be read.
     async fn plan_texts(&self, views: &[InstanceView]) -> Result<PlanTexts>;
     async fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
+    /// The delivery metrics of `application` (or, where it can be left
+    /// out: locally every application, over an API the token's).
+    async fn metrics(
+        &self,
+        application: Option<&ApplicationName>,
+        lookback: Lookback,
+    ) -> Result<DeliveryMetrics>;
     async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>>;
     /// Where every instance (of `application`, or all) stands for `up`.
     async fn rollout(&self, application: Option<&ApplicationName>) -> Result<RolloutResponse>;
@@ -191,6 +199,15 @@ pub trait Backend: Send + Sync {
     async fn pin(&self, key: &InstanceKey, version: &Version) -> Result<()>;
     async fn unpin(&self, key: &InstanceKey) -> Result<()>;
     async fn rollback(&self, key: &InstanceKey, version: Option<&Version>) -> Result<()>;
+    /// Break-glass through the instance's freezes and closed windows for
+    /// one version; what was granted.
+    async fn override_windows(
+        &self,
+        key: &InstanceKey,
+        version: Option<&Version>,
+        reason: &str,
+        lasting: jiff::SignedDuration,
+    ) -> Result<vergence_model::WindowOverride>;
     /// Asks the matching instances to be looked at again: fetch afresh,
     /// retry what failed (what rerunning `up` means).
     async fn request_checks(&self, filter: &InstanceFilter) -> Result<Vec<InstanceKey>>;

@@ -10,6 +10,7 @@ mod configs;
 mod controls;
 mod events;
 mod explain;
+mod metrics;
 mod plan;
 mod release;
 mod serve;
@@ -43,6 +44,7 @@ pub async fn run(global: &Global, command: &Command) -> Result<u8> {
         Command::Up(args) => up::run(&ctx, args).await,
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Events(args) => events::run(&ctx, args).await,
+        Command::Metrics(args) => metrics::run(&ctx, args).await,
         Command::Explain(args) => explain::run(&ctx, args).await,
         Command::Plan => plan::run(&ctx).await,
         Command::Release(args) => release::run(&ctx, args).await,
@@ -52,6 +54,7 @@ pub async fn run(global: &Global, command: &Command) -> Result<u8> {
         Command::Pin(args) => controls::pin(&ctx, args).await,
         Command::Unpin(args) => controls::unpin(&ctx, args).await,
         Command::Rollback(args) => controls::rollback(&ctx, args).await,
+        Command::Override(args) => controls::override_windows(&ctx, args).await,
         Command::Alert(command) => alert::run(&ctx, command).await,
         Command::Configs(command) => configs::run(&ctx, command).await,
         Command::Token(command) => token::run(&ctx, command).await,

@@ -7,6 +7,7 @@
 
 mod api_schema;
 mod audit;
+mod breakglass;
 mod browser;
 mod commands;
 mod common;
@@ -14,6 +15,7 @@ mod config_files;
 mod features;
 mod lambda;
 mod limits;
+mod metrics;
 mod notifications;
 mod papercuts;
 mod parity;

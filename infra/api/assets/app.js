@@ -9,6 +9,12 @@
   const POLL_MS = 2000;
   const TOKEN_KEY = 'vergence.token';
   const EVENTS_SHOWN = 30;
+  /**
+   * Delivery metrics are computed from every event of the application:
+   * read once a minute, not at every poll.
+   */
+  const METRICS_MS = 60_000;
+  const METRICS_SINCE = '30d';
 
   const $ = (id) => document.getElementById(id);
 
@@ -164,6 +170,77 @@
     redraw('agents', status.agents, drawAgents);
     redraw('alerts', alerts.alerts, drawAlerts);
     redraw('app-events', events.events, (list) => drawEvents($('app-events'), list, true));
+    await refreshMetrics(app);
+  }
+
+  // ---- delivery metrics ----------------------------------------------------
+
+  let metricsReadAt = 0;
+
+  async function refreshMetrics(app) {
+    if (Date.now() - metricsReadAt < METRICS_MS) return;
+    const metrics = await api('GET', `/v1/applications/${seg(app)}/metrics?since=${METRICS_SINCE}`);
+    metricsReadAt = Date.now();
+    redraw('metrics', metrics, drawMetrics);
+  }
+
+  /** Seconds in their two largest units: `45s`, `2m 5s`, `1h 30m`, `2d 3h`. */
+  function span(seconds) {
+    if (seconds < 60) return `${Math.round(seconds * 10) / 10}s`;
+    const total = Math.round(seconds);
+    const units = [
+      ['d', Math.floor(total / 86400)],
+      ['h', Math.floor(total / 3600) % 24],
+      ['m', Math.floor(total / 60) % 60],
+      ['s', total % 60],
+    ];
+    const first = units.findIndex(([, n]) => n > 0);
+    return units
+      .slice(first, first + 2)
+      .filter(([, n]) => n > 0)
+      .map(([unit, n]) => `${n}${unit}`)
+      .join(' ');
+  }
+
+  /** The four measures, each with what it is computed from; '—' where there is nothing to measure. */
+  function drawMetrics(m) {
+    const lead = m.leadTimeSeconds;
+    const restore = m.timeToRestoreSeconds;
+    const channels = Object.values(m.lastReleaseChannels).join(', ');
+    const tile = (name, label, value, from) =>
+      el(
+        'div',
+        { class: 'metric', dataset: { metric: name } },
+        el('div', { class: 'label' }, label),
+        el('div', { class: 'value' }, value),
+        el('div', { class: 'from' }, from),
+      );
+    $('metrics').replaceChildren(
+      tile(
+        'deployment-frequency',
+        'Deployment frequency',
+        `${m.deploymentFrequencyPerDay.toFixed(2)} / day`,
+        `${m.deployments} deployment(s) to ${channels}`,
+      ),
+      tile(
+        'lead-time',
+        'Lead time for changes',
+        lead.median === null ? '—' : `${span(lead.median)} median`,
+        lead.p90 === null ? `${lead.count} release(s) deployed` : `p90 ${span(lead.p90)} · ${lead.count} release(s) deployed`,
+      ),
+      tile(
+        'change-failure-rate',
+        'Change failure rate',
+        m.changeFailureRate === null ? '—' : `${Math.round(m.changeFailureRate * 1000) / 10}%`,
+        `${m.failedReleases} of ${m.releases} release(s) failed`,
+      ),
+      tile(
+        'time-to-restore',
+        'Time to restore',
+        restore.median === null ? '—' : `${span(restore.median)} median`,
+        `${restore.count} failure(s) restored`,
+      ),
+    );
   }
 
   function drawMatrix(app, instances) {
@@ -349,6 +426,13 @@
         el('span', { class: 'reason' }, i.reason),
         d.paused ? el('span', { class: 'status wait' }, `paused by ${d.paused.actor}`) : null,
         d.pinned ? el('span', { class: 'status wait' }, `pinned to ${d.pinned.version}`) : null,
+        i.windowOverride
+          ? el(
+              'span',
+              { class: 'status wait' },
+              `freeze overridden for ${i.windowOverride.version} by ${i.windowOverride.actor} until ${when(i.windowOverride.expiresAt)}: ${i.windowOverride.reason}`,
+            )
+          : null,
         d.running ? el('span', { class: 'status run' }, `running ${d.running.kind} of ${d.running.version} since ${when(d.running.since)}`) : null,
       ].filter(Boolean),
     );
@@ -379,6 +463,9 @@
     setButton('resume', admin, noAdmin);
     setButton('rollback', admin, noAdmin);
     $('rollback-version').disabled = !admin;
+    const override = can('override');
+    setButton('override', override, 'needs a token with the override scope');
+    $('override-reason').disabled = !override;
     $('pause').hidden = !!d.paused;
     $('resume').hidden = !d.paused;
   }
@@ -429,6 +516,16 @@
       if (!window.confirm(`Roll ${what} back to ${to}?`)) return;
       act(`roll ${what} back to ${to}`, () => api('POST', `${path}/rollback`, v ? { version: v } : {}));
     });
+    $('override').addEventListener('click', () => {
+      const reason = $('override-reason').value.trim();
+      if (!reason) {
+        $('action-result').className = 'error';
+        $('action-result').textContent = 'Breaking the glass needs a reason: it goes on the record.';
+        return;
+      }
+      if (!window.confirm(`Let ${what} apply through its freezes and closed windows? Recorded as: ${reason}`)) return;
+      act(`override the freezes of ${what}`, () => api('POST', `${path}/override`, { reason }));
+    });
   }
 
   // ---- the loop ------------------------------------------------------------
@@ -465,6 +562,7 @@
     me = null;
     token.forget();
     drawn.clear();
+    metricsReadAt = 0;
     $('view').hidden = true;
     $('forget').hidden = true;
     $('login').hidden = false;

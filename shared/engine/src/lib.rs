@@ -16,6 +16,7 @@ mod decide;
 pub mod fetch;
 pub mod gates;
 mod interrupted;
+pub mod metrics;
 mod post_deployment;
 mod rollback;
 mod runners;

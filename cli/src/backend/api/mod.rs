@@ -16,11 +16,12 @@ use tokio::sync::OnceCell;
 use vergence_api::wire::{
     AlertListResponse, AlertRequest, AlertResponse, AlertStateName, AlertView, ApprovalRequest,
     ConfigPushRequest, EventsResponse, InstanceDetail, InstanceView, InstancesRequest,
-    InstancesResponse, PinRequest, PlanResponse, ReleaseRequest, RollbackBody, RolloutResponse,
-    StatusResponse, TokenCreated, TokenInfo, TokenRequest, TokenView, TokensResponse,
-    ValidationReport,
+    InstancesResponse, OverrideRequest, PinRequest, PlanResponse, ReleaseRequest, RollbackBody,
+    RolloutResponse, StatusResponse, TokenCreated, TokenInfo, TokenRequest, TokenView,
+    TokensResponse, ValidationReport,
 };
 use vergence_engine::control::{ApplyReport, PartVersion, PauseAction};
+use vergence_engine::metrics::{DeliveryMetrics, Lookback};
 use vergence_model::ports::{CompiledConfig, InstanceFilter};
 use vergence_model::{
     ApplicationName, Approval, ConfigBundle, Event, EventFilter, InstanceKey, Release,
@@ -168,6 +169,18 @@ impl Backend for Api {
         Ok(answer.events)
     }
 
+    async fn metrics(
+        &self,
+        application: Option<&ApplicationName>,
+        lookback: Lookback,
+    ) -> Result<DeliveryMetrics> {
+        let app = self.application(application).await?;
+        let query = [("since", lookback.to_string())];
+        self.client
+            .get(&format!("/v1/applications/{app}/metrics"), &query)
+            .await
+    }
+
     /// The instance route answers with the same lines.
     async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>> {
         let detail: InstanceDetail = self.client.get(&instance_path(key), &[]).await?;
@@ -277,6 +290,31 @@ impl Backend for Api {
             )
             .await?;
         Ok(())
+    }
+
+    async fn override_windows(
+        &self,
+        key: &InstanceKey,
+        version: Option<&Version>,
+        reason: &str,
+        lasting: jiff::SignedDuration,
+    ) -> Result<vergence_model::WindowOverride> {
+        let body = OverrideRequest {
+            reason: Some(reason.to_owned()),
+            version: version.map(ToString::to_string),
+            lasting: Some(format!("{}s", lasting.as_secs())),
+        };
+        let answer: InstanceView = self
+            .client
+            .send(
+                Method::POST,
+                &format!("{}/override", instance_path(key)),
+                &body,
+            )
+            .await?;
+        answer
+            .window_override
+            .ok_or_else(|| anyhow!("the server recorded no override for {key}"))
     }
 
     async fn request_checks(&self, filter: &InstanceFilter) -> Result<Vec<InstanceKey>> {

@@ -17,6 +17,7 @@ use vergence_api::wire::{
 use vergence_compiler::YamlCompiler;
 use vergence_embedded::{DirArtifactStore, LocalQueue, SqliteStore};
 use vergence_engine::control::{ApplyReport, Control, PartVersion, PauseAction, PreparedPush};
+use vergence_engine::metrics::{DeliveryMetrics, Lookback};
 use vergence_model::ports::{
     ArtifactStore, Clock, CompiledConfig, Compiler, InstanceFilter, StateStore, SystemClock,
 };
@@ -206,6 +207,14 @@ impl Backend for Local {
         Ok(self.control.events(filter).await?)
     }
 
+    async fn metrics(
+        &self,
+        application: Option<&ApplicationName>,
+        lookback: Lookback,
+    ) -> Result<DeliveryMetrics> {
+        Ok(self.control.metrics(application, lookback).await?)
+    }
+
     async fn explain(&self, key: &InstanceKey) -> Result<Vec<String>> {
         let now = self.clock.now();
         let mut lines =
@@ -276,6 +285,19 @@ impl Backend for Local {
 
     async fn rollback(&self, key: &InstanceKey, version: Option<&Version>) -> Result<()> {
         Ok(self.control.rollback(key, version, &self.actor).await?)
+    }
+
+    async fn override_windows(
+        &self,
+        key: &InstanceKey,
+        version: Option<&Version>,
+        reason: &str,
+        lasting: jiff::SignedDuration,
+    ) -> Result<vergence_model::WindowOverride> {
+        Ok(self
+            .control
+            .override_windows(key, version, reason, Some(lasting), &self.actor)
+            .await?)
     }
 
     async fn request_checks(&self, filter: &InstanceFilter) -> Result<Vec<InstanceKey>> {

@@ -1,12 +1,13 @@
-//! Reading: health, an application's status, its events and where its
-//! rollout stands, the agents' last contact. Any scope of the application
-//! may read.
+//! Reading: health, an application's status, its events, its delivery
+//! metrics and where its rollout stands, the agents' last contact. Any
+//! scope of the application may read.
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
+use vergence_engine::metrics::{DeliveryMetrics, Lookback};
 use vergence_model::ports::InstanceFilter;
 use vergence_model::{ApplicationName, EventFilter, ReleaseChannelName, ServiceName};
 
@@ -157,6 +158,32 @@ pub(super) async fn events(
         require_configured(&api, &application).await?;
     }
     Ok(Json(EventsResponse { events }))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct MetricsQuery {
+    since: Option<String>,
+}
+
+/// `GET /v1/applications/{app}/metrics[?since=30d]`: the four delivery
+/// measures over the window up to now (the shape of `vergence metrics
+/// --output json`).
+pub(super) async fn metrics(
+    State(api): State<ApiState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<MetricsQuery>, QueryRejection>,
+) -> Result<Json<DeliveryMetrics>, ApiError> {
+    let application = readable_application(&api, &headers, path).await?;
+    let Query(query) = query.map_err(query_error)?;
+    let lookback = match query.since.as_deref() {
+        None => Lookback::DEFAULT,
+        Some(raw) => raw.parse().map_err(|e| ApiError::invalid("since", e))?,
+    };
+    // An application not in the config in force is a 404, as for status.
+    Ok(Json(
+        api.control.metrics(Some(&application), lookback).await?,
+    ))
 }
 
 /// `GET /v1/applications/{app}/rollout`: where each instance stands for a

@@ -10,7 +10,7 @@ mod operations;
 mod progress;
 mod tokens;
 
-pub use operations::{InstancesRequest, InstancesResponse, PinRequest};
+pub use operations::{InstancesRequest, InstancesResponse, OverrideRequest, PinRequest};
 
 pub use progress::{
     InstanceProgress, PlanActionName, PlanEntryView, PlanResponse, RolloutResponse, Standing,
@@ -55,6 +55,10 @@ pub struct InstanceView {
     /// Where the desired version's rollout in steps stands, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutView>,
+    /// A break-glass override of freezes and windows, until its version
+    /// converges (`expiresAt` says when it ends otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_override: Option<vergence_model::WindowOverride>,
 }
 
 /// A rollout in steps as people read it: `v2 at 50% (step 1 of 2)`.
@@ -158,6 +162,13 @@ impl InstanceView {
             info_failure: record.state.info_failure.clone(),
             plan: plan.map(PlanView::of),
             rollout: RolloutView::of(record),
+            // Spent once its version converged; past its expiry it is
+            // still shown, with the time it ended.
+            window_override: record
+                .controls
+                .window_override
+                .clone()
+                .filter(|o| o.opens(&o.version, &record.state, Timestamp::MIN)),
         }
     }
 }

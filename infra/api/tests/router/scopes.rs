@@ -48,31 +48,35 @@ enum Caller {
 use Caller::{
     Blog, Malformed, NoToken, OtherAgent, OwnAgent, Platform, Revoked, Shop, WrongSecret,
 };
-use Scope::{Admin, Approve, Release};
+use Scope::{Admin, Approve, Override, Release};
 
-const CALLERS: [Caller; 13] = [
+const CALLERS: [Caller; 15] = [
     NoToken,
     Malformed,
     WrongSecret,
     Revoked,
     Shop(Release),
     Shop(Approve),
+    Shop(Override),
     Shop(Admin),
     Blog(Release),
     Blog(Approve),
+    Blog(Override),
     Blog(Admin),
     OwnAgent,
     OtherAgent,
     Platform,
 ];
 
-const SHOP_TOKENS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Admin)];
+const SHOP_TOKENS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Override), Shop(Admin)];
 const APPLICATION_TOKENS: &[Caller] = &[
     Shop(Release),
     Shop(Approve),
+    Shop(Override),
     Shop(Admin),
     Blog(Release),
     Blog(Approve),
+    Blog(Override),
     Blog(Admin),
 ];
 /// Alerts are global: protections of any application may refer to one, so
@@ -84,9 +88,11 @@ const ANY_ADMIN: &[Caller] = &[Shop(Admin), Blog(Admin)];
 const ANY_TOKEN: &[Caller] = &[
     Shop(Release),
     Shop(Approve),
+    Shop(Override),
     Shop(Admin),
     Blog(Release),
     Blog(Approve),
+    Blog(Override),
     Blog(Admin),
     OwnAgent,
     OtherAgent,
@@ -96,7 +102,13 @@ const ANY_TOKEN: &[Caller] = &[
 /// Who may change shop's config: its admin and the platform.
 const SHOP_CONFIG: &[Caller] = &[Shop(Admin), Platform];
 /// Who may read shop's config versions: its tokens and the platform.
-const SHOP_CONFIG_READERS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Admin), Platform];
+const SHOP_CONFIG_READERS: &[Caller] = &[
+    Shop(Release),
+    Shop(Approve),
+    Shop(Override),
+    Shop(Admin),
+    Platform,
+];
 
 /// The config in force when the request is made.
 #[derive(Clone, Copy, Debug)]
@@ -250,6 +262,14 @@ fn table() -> Vec<Row> {
             None,
             Writes,
         ),
+        row(
+            "POST",
+            "/v1/applications/{app}/services/{service}/release-channels/{rc}/override",
+            &[Shop(Override), Shop(Admin)],
+            Released,
+            Some(|| json!({"reason": "incident 123", "for": "1h"})),
+            Writes,
+        ),
         // The same operator actions on many instances at once.
         row(
             "POST",
@@ -313,6 +333,16 @@ fn table() -> Vec<Row> {
             "/v1/applications/{app}/events",
             SHOP_TOKENS,
             ShopAndBlog,
+            None,
+            Reads,
+        ),
+        // Metrics are read from the events, like the events themselves;
+        // with releases pushed, so there is something to measure.
+        row(
+            "GET",
+            "/v1/applications/{app}/metrics",
+            SHOP_TOKENS,
+            Released,
             None,
             Reads,
         ),
@@ -522,9 +552,11 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
     for (name, app, scope) in [
         ("shop-release", "shop", Release),
         ("shop-approve", "shop", Approve),
+        ("shop-override", "shop", Override),
         ("shop-admin", "shop", Admin),
         ("blog-release", "blog", Release),
         ("blog-approve", "blog", Approve),
+        ("blog-override", "blog", Override),
         ("blog-admin", "blog", Admin),
     ] {
         tokens.insert(name, api.token(app, &[scope]).await);
@@ -573,9 +605,11 @@ fn token_of(caller: Caller, tokens: &BTreeMap<&'static str, String>) -> Option<S
         Revoked => "revoked",
         Shop(Release) => "shop-release",
         Shop(Approve) => "shop-approve",
+        Shop(Override) => "shop-override",
         Shop(Admin) => "shop-admin",
         Blog(Release) => "blog-release",
         Blog(Approve) => "blog-approve",
+        Blog(Override) => "blog-override",
         Blog(Admin) => "blog-admin",
         OwnAgent => "own-agent",
         OtherAgent => "other-agent",

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod async_runner;
+mod delivery_metrics;
 mod inline_runner;
 mod release_push;
 mod state_file;

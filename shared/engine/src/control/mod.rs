@@ -14,11 +14,14 @@ use vergence_model::ports::{
 };
 use vergence_model::{Event, InstanceKey, InstanceRecord};
 
+mod breakglass;
 mod config;
 mod delivery;
 mod explain;
+mod metrics;
 mod policy;
 
+pub use breakglass::{DEFAULT_OVERRIDE, MAX_OVERRIDE};
 pub use config::{ApplyReport, PartVersion, PlanAction, PlanEntry, PreparedPush};
 pub use policy::{PauseAction, StepFailure};
 
