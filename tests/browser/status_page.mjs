@@ -190,6 +190,21 @@ try {
   await page.locator('#pause:not([hidden])').waitFor();
   const resumed = await api(`/v1/applications/shop/services/${web}/release-channels/prod`);
   check(!resumed.paused, 'resumed');
+
+  // Break glass from the instance page: a reason is asked for first; the
+  // server's answer is shown (prod has converged: nothing to let through).
+  await page.click('#override');
+  const noReason = await page.locator('#action-result').textContent();
+  check(noReason.includes('needs a reason'), `break glass without a reason: ${noReason}`);
+  await page.fill('#override-reason', 'incident 4711');
+  const before = problems.length;
+  await page.click('#override');
+  await page.locator('#action-result.error').waitFor();
+  const refused = await page.locator('#action-result').textContent();
+  check(refused.includes('already converged on'), `break glass on a converged instance: ${refused}`);
+  // The refusal is the one problem the browser logs here: the 400 itself.
+  const logged = problems.splice(before);
+  check(logged.length <= 1 && logged.every((p) => p.includes('400')), `logged: ${logged.join('\n')}`);
   await page.screenshot({ path: screenshot.replace(/\.png$/, '-instance.png'), fullPage: true });
 
   check(problems.length === 0, `the page reported problems:\n${problems.join('\n')}`);

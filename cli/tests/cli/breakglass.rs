@@ -107,6 +107,10 @@ fn an_override_lets_one_version_through_a_freeze_with_its_reason_on_the_record()
     let events = overridden_events(&project.events(&[]));
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(events[0].contains("incident 4711"), "{events:?}");
+    // Converged, there is nothing left to let through.
+    let run = override_prod(&project, &["--reason", "again"]);
+    assert_ne!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("already converged on"), "{run}");
 
     // The next version waits for the freeze again.
     let run = project.vergence(&["release", "api", "v2"]);

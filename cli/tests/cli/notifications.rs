@@ -416,3 +416,51 @@ fn serve_notifies_as_it_converges_and_links_to_its_own_address() {
         );
     }
 }
+
+#[test]
+fn a_break_glass_override_is_sent_to_the_rules_that_ask_for_it() {
+    let receiver = Receiver::start(0);
+    let project = quickstart_notifying(
+        r#"    - name: security-hook
+      webhook: {url: {fromEnv: HOOK_URL}, signingSecret: {fromEnv: HOOK_SECRET}}
+      on: [overridden]
+"#,
+    );
+    let env = [
+        ("HOOK_URL", receiver.url("/hook")),
+        ("HOOK_SECRET", SECRET.to_owned()),
+    ];
+    let run = vergence(&project, &["up"], &env);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(receiver.received().is_empty(), "nothing was overridden yet");
+    let run = vergence(
+        &project,
+        &[
+            "override",
+            "web",
+            "--app",
+            "shop",
+            "--release-channel",
+            "prod",
+            "--reason",
+            "incident 4711",
+        ],
+        &env,
+    );
+    assert_eq!(run.code, 0, "{run}");
+    let run = vergence(&project, &["up"], &env);
+    assert_eq!(run.code, 0, "{run}");
+    let received = receiver.received();
+    let sent = about(&received, "/hook", "overridden");
+    assert_eq!(sent.len(), 1, "{received:#?}");
+    let body = sent[0].json();
+    assert_eq!(body["service"], "web", "{body}");
+    assert!(
+        body.to_string().contains("incident 4711"),
+        "the reason goes with it: {body}"
+    );
+    assert_eq!(
+        sent[0].header("x-vergence-signature"),
+        signature_of(sent[0])
+    );
+}

@@ -68,6 +68,16 @@ impl Control {
                 ),
             ));
         }
+        if record.state.status == vergence_model::Status::Converged
+            && record.state.current_version.as_ref() == Some(&headed_for)
+        {
+            return Err(Error::invalid(
+                "version",
+                format!(
+                    "{key} already converged on {headed_for}: nothing waits for a freeze (an override lets a version through that is still to be applied, or drift to be repaired)"
+                ),
+            ));
+        }
         let now = self.clock.now();
         let granted = WindowOverride {
             version: headed_for.clone(),
