@@ -11,6 +11,7 @@ mod common;
 mod config_limits;
 mod configs;
 mod delivery;
+mod oidc;
 mod openapi;
 mod operations;
 mod reads;
