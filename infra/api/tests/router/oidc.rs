@@ -24,8 +24,8 @@ const RSA_B: &[u8] = include_bytes!("oidc_keys/rsa-b.pem");
 
 /// A local OIDC issuer: its discovery document and the keys it serves
 /// now, and how often its keys were fetched.
-struct Issuer {
-    url: String,
+pub(crate) struct Issuer {
+    pub(crate) url: String,
     keys: Arc<Mutex<Vec<Jwk>>>,
     key_fetches: Arc<AtomicUsize>,
     server: tokio::task::JoinHandle<()>,
@@ -58,7 +58,7 @@ fn public_jwk(pem: &[u8], kid: &str) -> Jwk {
 
 impl Issuer {
     /// Serves key `a` (rsa-a.pem).
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let keys = Arc::new(Mutex::new(vec![public_jwk(RSA_A, "a")]));
@@ -88,7 +88,7 @@ impl Issuer {
 
     /// A token for the trusted job: shop's repository, main, audience
     /// `vergence`, valid from START for 5 minutes; `change` edits claims.
-    fn token(&self, change: impl FnOnce(&mut Value)) -> String {
+    pub(crate) fn token(&self, change: impl FnOnce(&mut Value)) -> String {
         self.token_signed(RSA_A, "a", change)
     }
 
@@ -118,7 +118,15 @@ impl Drop for Issuer {
 
 /// shop trusts its main branch's CI to release; blog trusts nothing.
 fn trusting_config(issuer: &str) -> ConfigBundle {
-    let mut files = two_applications();
+    ConfigBundle::from_files(trusting(two_applications(), issuer))
+}
+
+/// `files` (shop's application.yaml among them) with a trust entry for
+/// shop's main branch's CI, with the release scope.
+pub(crate) fn trusting(
+    mut files: std::collections::BTreeMap<String, String>,
+    issuer: &str,
+) -> std::collections::BTreeMap<String, String> {
     let application = files.get_mut("application.yaml").unwrap();
     *application = application.replace(
         "application:\n  name: shop\n",
@@ -126,7 +134,7 @@ fn trusting_config(issuer: &str) -> ConfigBundle {
             "application:\n  name: shop\n  trust:\n    - issuer: {issuer}\n      audience: vergence\n      claims: {{repository: org/shop, ref: refs/heads/main}}\n      scopes: [release]\n"
         ),
     );
-    ConfigBundle::from_files(files)
+    files
 }
 
 async fn api_trusting(issuer: &Issuer) -> Api {
