@@ -15,6 +15,7 @@ mod features;
 mod lambda;
 mod limits;
 mod notifications;
+mod oidc;
 mod papercuts;
 mod parity;
 mod per_app;
