@@ -69,12 +69,7 @@ fn job_token(issuer: &str, repository: &str) -> String {
     });
     let mut header = Header::new(Algorithm::RS256);
     header.kid = Some("a".to_owned());
-    jsonwebtoken::encode(
-        &header,
-        &claims,
-        &EncodingKey::from_rsa_pem(RSA_A).unwrap(),
-    )
-    .unwrap()
+    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_rsa_pem(RSA_A).unwrap()).unwrap()
 }
 
 #[test]
@@ -112,7 +107,15 @@ fn a_ci_job_pushes_a_release_with_its_own_oidc_token() {
         &project,
         &server,
         &admin,
-        &["events", "--app", "shop", "--service", "web", "--output", "json"],
+        &[
+            "events",
+            "--app",
+            "shop",
+            "--service",
+            "web",
+            "--output",
+            "json",
+        ],
     );
     assert_eq!(events.code, 0, "{events}");
     assert!(!events.stdout.contains(&token));
