@@ -6,7 +6,7 @@
 //! issuer.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
@@ -41,11 +41,14 @@ struct IssuerKeys {
     failure: Option<(String, Instant)>,
 }
 
-/// The key cache, shared by every request of one API process.
+/// The key cache, shared by every request of one API process. Each issuer
+/// has its own lock, so an issuer that is slow to answer delays its own
+/// tokens only. Issuers are those of the config's trust entries, so the
+/// map stays small.
 #[derive(Default)]
 pub(crate) struct KeyCache {
     client: OnceLock<Result<reqwest::Client, String>>,
-    issuers: Mutex<HashMap<String, IssuerKeys>>,
+    issuers: std::sync::Mutex<HashMap<String, Arc<Mutex<IssuerKeys>>>>,
 }
 
 impl std::fmt::Debug for KeyCache {
@@ -61,12 +64,18 @@ struct Discovery {
 }
 
 impl KeyCache {
-    /// The issuer's key `kid`, from the cache or fetched. The lock is held
-    /// across a fetch so concurrent requests wait for one fetch instead of
-    /// each making their own.
+    /// The issuer's key `kid`, from the cache or fetched. The issuer's lock
+    /// is held across a fetch so concurrent requests wait for one fetch
+    /// instead of each making their own.
     pub(crate) async fn key(&self, issuer: &str, kid: &str) -> Result<Jwk, KeyError> {
-        let mut issuers = self.issuers.lock().await;
-        let state = issuers.entry(issuer.to_owned()).or_default();
+        let slot = self
+            .issuers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(issuer.to_owned())
+            .or_default()
+            .clone();
+        let mut state = slot.lock().await;
         let fresh = state
             .keys
             .as_ref()

@@ -289,3 +289,55 @@ fn mismatch(claims: &Map<String, Value>, audiences: &[&str], candidates: &[&Trus
         .collect();
     format!("its claims match no trust entry ({})", per_entry.join("; "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(subject: &str, repository: Option<&str>) -> TrustedCaller {
+        TrustedCaller {
+            issuer: "https://token.actions.githubusercontent.com".to_owned(),
+            subject: subject.to_owned(),
+            repository: repository.map(str::to_owned),
+            grants: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_actor_names_the_issuer_host_the_subject_and_the_repository() {
+        let github = caller("repo:acme/shop:ref:refs/heads/main", Some("acme/shop"));
+        assert_eq!(
+            github.actor(),
+            "oidc:token.actions.githubusercontent.com:repo:acme/shop:ref:refs/heads/main"
+        );
+        let opaque = caller("1234", Some("acme/shop"));
+        assert_eq!(
+            opaque.actor(),
+            "oidc:token.actions.githubusercontent.com:1234 (repository acme/shop)"
+        );
+    }
+
+    #[test]
+    fn only_three_part_base64url_values_are_taken_for_jwts() {
+        assert!(looks_like_jwt("eyJh.eyJz.c2ln"));
+        assert!(looks_like_jwt("eyJh.eyJz."));
+        assert!(!looks_like_jwt("vgt_0123_abcd"));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("a.b.c d"));
+    }
+
+    #[test]
+    fn exp_and_nbf_allow_a_minute_of_skew() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let claims = |exp: i64, nbf: i64| {
+            serde_json::json!({"exp": exp, "nbf": nbf})
+                .as_object()
+                .cloned()
+                .unwrap()
+        };
+        let t = now.as_second();
+        assert!(check_times(&claims(t - 60, t + 60), now).is_ok());
+        assert!(check_times(&claims(t - 61, t), now).is_err());
+        assert!(check_times(&claims(t + 300, t + 61), now).is_err());
+    }
+}
