@@ -28,12 +28,14 @@ pub(super) async fn whoami(
     headers: HeaderMap,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let caller = authenticate(&api, &headers).await?;
+    let actor = Some(caller.actor());
     Ok(Json(match &caller {
         Caller::Token(token) => TokenInfo {
             id: token.id.chars().take(8).collect(),
             application: token.application().cloned(),
             agent: token.agent().cloned(),
             scopes: token.scopes.clone(),
+            actor,
         },
         // An identity trusted for one application reads as that
         // application's token, so the CLI needs no --app for it.
@@ -48,6 +50,7 @@ pub(super) async fn whoami(
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect(),
+            actor,
         },
     }))
 }

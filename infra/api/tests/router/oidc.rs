@@ -194,6 +194,7 @@ async fn a_trusted_jobs_token_pushes_a_release_recorded_as_its_identity() {
     assert_eq!(me.status, StatusCode::OK, "{me:?}");
     assert_eq!(me.json["application"], "shop");
     assert_eq!(me.json["scopes"], json!(["release"]));
+    assert_eq!(me.json["actor"], actor.as_str());
     // Keys were fetched once for both requests.
     assert_eq!(issuer.fetches(), 1);
 }
