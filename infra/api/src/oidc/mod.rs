@@ -13,7 +13,7 @@ mod keys;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use vergence_model::trust::TrustRule;
@@ -138,6 +138,9 @@ pub(crate) async fn verify(
 /// The algorithm the issuer's key is for: its `alg` when it has one, else
 /// what its type implies. Symmetric and unknown keys are refused.
 fn key_algorithm(jwk: &Jwk) -> Result<Algorithm, String> {
+    if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        return Err("is for encryption (use: enc), not for signatures".to_owned());
+    }
     let stated = jwk.common.key_algorithm;
     let algorithm = match (&jwk.algorithm, stated) {
         (AlgorithmParameters::RSA(_), None | Some(KeyAlgorithm::RS256)) => Algorithm::RS256,
