@@ -21,6 +21,7 @@ use crate::common::{Api, RELEASES, START, quickstart_files, request, two_applica
 const RSA_A: &[u8] = include_bytes!("oidc_keys/rsa-a.pem");
 const RSA_A_PUBLIC: &[u8] = include_bytes!("oidc_keys/rsa-a.pub.pem");
 const RSA_B: &[u8] = include_bytes!("oidc_keys/rsa-b.pem");
+const EC_P256: &[u8] = include_bytes!("oidc_keys/ec-p256.pem");
 
 /// A local OIDC issuer: its discovery document and the keys it serves
 /// now, and how often its keys were fetched.
@@ -93,6 +94,17 @@ impl Issuer {
     }
 
     fn token_signed(&self, pem: &[u8], kid: &str, change: impl FnOnce(&mut Value)) -> String {
+        let key = EncodingKey::from_rsa_pem(pem).unwrap();
+        self.token_with(Algorithm::RS256, &key, kid, change)
+    }
+
+    fn token_with(
+        &self,
+        algorithm: Algorithm,
+        key: &EncodingKey,
+        kid: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> String {
         let mut claims = json!({
             "iss": self.url,
             "aud": "vergence",
@@ -104,9 +116,9 @@ impl Issuer {
             "exp": START + 300,
         });
         change(&mut claims);
-        let mut header = Header::new(Algorithm::RS256);
+        let mut header = Header::new(algorithm);
         header.kid = Some(kid.to_owned());
-        jsonwebtoken::encode(&header, &claims, &EncodingKey::from_rsa_pem(pem).unwrap()).unwrap()
+        jsonwebtoken::encode(&header, &claims, key).unwrap()
     }
 }
 
@@ -377,4 +389,21 @@ async fn without_a_trust_entry_an_oidc_token_is_refused() {
     )
     .await;
     assert_eq!(issuer.fetches(), 0);
+}
+
+#[tokio::test]
+async fn an_ec_key_verifies_es256_and_nothing_else() {
+    let issuer = Issuer::start().await;
+    let ec = EncodingKey::from_ec_pem(EC_P256).unwrap();
+    let mut jwk = Jwk::from_encoding_key(&ec, Algorithm::ES256).unwrap();
+    jwk.common.key_id = Some("e".to_owned());
+    issuer.keys.lock().unwrap().push(jwk);
+    let api = api_trusting(&issuer).await;
+    let es256 = issuer.token_with(Algorithm::ES256, &ec, "e", |_| {});
+    let reply = api.send(release(&es256)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    // An RSA signature claiming the EC key's id is refused before any
+    // verification is tried.
+    let confused = issuer.token_signed(RSA_A, "e", |_| {});
+    refused_naming(&api, &confused, "signed with RS256, but issuer").await;
 }
