@@ -39,3 +39,28 @@ impl TrustRule {
             .all(|(name, wanted)| claims.get(name).and_then(|v| v.as_str()) == Some(wanted))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_claim_must_be_present_as_that_exact_string() {
+        let rule = TrustRule {
+            application: "shop".parse().unwrap(),
+            issuer: "https://token.actions.githubusercontent.com".to_owned(),
+            audience: "vergence".to_owned(),
+            claims: [("repository".to_owned(), "acme/shop".to_owned())]
+                .into_iter()
+                .collect(),
+            scopes: vec![Scope::Release],
+        };
+        let claims = |value: serde_json::Value| value.as_object().cloned().unwrap();
+        assert!(rule.claims_match(&claims(
+            serde_json::json!({"repository": "acme/shop", "ref": "x"})
+        )));
+        assert!(!rule.claims_match(&claims(serde_json::json!({"repository": "acme/shop2"}))));
+        assert!(!rule.claims_match(&claims(serde_json::json!({"repository": ["acme/shop"]}))));
+        assert!(!rule.claims_match(&claims(serde_json::json!({}))));
+    }
+}
