@@ -17,6 +17,7 @@ mod lambda;
 mod limits;
 mod metrics;
 mod notifications;
+mod oidc;
 mod papercuts;
 mod parity;
 mod per_app;

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use vergence_model::{AgentName, ApiToken, ApplicationName, Scope, split_token};
 
+use crate::oidc::{self, TrustedCaller};
 use crate::{ApiError, ApiState};
 
 /// Unix seconds at which a webhook was signed.
@@ -21,92 +22,165 @@ pub const MAX_WEBHOOK_SKEW_SECONDS: i64 = 5 * 60;
 /// and is refused before it reaches the store.
 const MAX_TOKEN_ID_LEN: usize = 64;
 
+/// CI platforms' OIDC tokens are 1-2 KiB; a bearer value much longer is
+/// refused before it is decoded.
+const MAX_JWT_LEN: usize = 16 * 1024;
+
 const SHA256_BYTES: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// An authenticated caller: the token it presented.
+/// An authenticated caller: a stored token, or a CI job's verified OIDC
+/// token (see [`crate::oidc`]).
 #[derive(Debug)]
-pub(crate) struct Caller {
-    pub token: ApiToken,
+pub(crate) enum Caller {
+    Token(ApiToken),
+    Trusted(TrustedCaller),
 }
 
 impl Caller {
     /// Who the caller's actions are attributed to in events.
     pub fn actor(&self) -> String {
-        format!("api:token-{}", short_id(&self.token.id))
+        match self {
+            Caller::Token(token) => format!("api:token-{}", short_id(&token.id)),
+            Caller::Trusted(trusted) => trusted.actor(),
+        }
     }
 
-    /// The first characters of the token's id, as messages name it.
-    pub fn short_id(&self) -> &str {
-        short_id(&self.token.id)
+    /// The stored token the caller presented, if it presented one.
+    pub fn stored_token(&self) -> Option<&ApiToken> {
+        match self {
+            Caller::Token(token) => Some(token),
+            Caller::Trusted(_) => None,
+        }
     }
 
-    /// The token must belong to `application` and allow `scope`.
+    /// How messages name the caller: `token 1a2b3c4d`, or the identity.
+    pub fn name(&self) -> String {
+        match self {
+            Caller::Token(token) => format!("token {}", short_id(&token.id)),
+            Caller::Trusted(trusted) => format!("OIDC identity {}", trusted.actor()),
+        }
+    }
+
+    /// Whose the caller is, for messages.
+    pub fn owner(&self) -> String {
+        match self {
+            Caller::Token(token) => token.subject.to_string(),
+            Caller::Trusted(trusted) => {
+                let applications: Vec<String> =
+                    trusted.grants.keys().map(ToString::to_string).collect();
+                format!("application(s) {} by trust", applications.join(", "))
+            }
+        }
+    }
+
+    /// Whether the caller may use `scope`, on some application for an
+    /// OIDC identity.
+    pub fn allows(&self, scope: Scope) -> bool {
+        match self {
+            Caller::Token(token) => token.allows(scope),
+            Caller::Trusted(trusted) => trusted.allows_anywhere(scope),
+        }
+    }
+
+    /// Whether the caller acts for `application`, with any scope.
+    pub fn acts_for(&self, application: &ApplicationName) -> bool {
+        match self {
+            Caller::Token(token) => token.application() == Some(application),
+            Caller::Trusted(trusted) => trusted.grants.contains_key(application),
+        }
+    }
+
+    /// The caller must act for `application` and may use `scope` there.
     pub fn authorize(&self, application: &ApplicationName, scope: Scope) -> Result<(), ApiError> {
         self.authorize_application(application)?;
-        self.require_scope(scope)
+        match self {
+            Caller::Token(_) => self.require_scope(scope),
+            Caller::Trusted(trusted) if trusted.allows_on(application, scope) => Ok(()),
+            Caller::Trusted(trusted) => Err(ApiError::Authorize(format!(
+                "{} lacks scope {scope} on {application} (its trust entry gives {})",
+                self.name(),
+                scope_list(
+                    trusted
+                        .grants
+                        .get(application)
+                        .map_or(&[][..], Vec::as_slice)
+                )
+            ))),
+        }
     }
 
-    /// The token must belong to `application`, with any scope.
+    /// The caller must act for `application`, with any scope.
     pub fn authorize_application(&self, application: &ApplicationName) -> Result<(), ApiError> {
-        if self.token.application() == Some(application) {
+        if self.acts_for(application) {
             return Ok(());
         }
         Err(ApiError::Authorize(format!(
-            "token {} belongs to {}, not {application}",
-            short_id(&self.token.id),
-            self.token.subject
+            "{} belongs to {}, not {application}",
+            self.name(),
+            self.owner()
         )))
     }
 
-    /// The token must be an application's (any scope).
+    /// The caller must act for an application (any scope).
     pub fn require_application(&self) -> Result<(), ApiError> {
-        if self.token.application().is_some() {
+        let token = match self {
+            Caller::Trusted(_) => return Ok(()),
+            Caller::Token(token) => token,
+        };
+        if token.application().is_some() {
             return Ok(());
         }
-        if self.token.is_platform() {
+        if token.is_platform() {
             return Err(ApiError::Authorize(format!(
                 "token {} belongs to the platform: it can push and roll back configs, nothing else",
-                short_id(&self.token.id)
+                short_id(&token.id)
             )));
         }
         Err(ApiError::Authorize(format!(
             "token {} belongs to {}: it can only poll for and report that agent's work",
-            short_id(&self.token.id),
-            self.token.subject
+            short_id(&token.id),
+            token.subject
         )))
     }
 
-    /// The token must be `agent`'s: only an agent's own token polls for and
+    /// The caller must be `agent`'s own token: only it polls for and
     /// reports its work.
     pub fn authorize_agent(&self, agent: &AgentName) -> Result<(), ApiError> {
-        if self.token.agent() == Some(agent) {
+        if self.stored_token().and_then(ApiToken::agent) == Some(agent) {
             return Ok(());
         }
         Err(ApiError::Authorize(format!(
-            "token {} belongs to {}, not agent {agent}: create one with `vergence token create --agent {agent}`",
-            short_id(&self.token.id),
-            self.token.subject
+            "{} belongs to {}, not agent {agent}: create one with `vergence token create --agent {agent}`",
+            self.name(),
+            self.owner()
         )))
     }
 
-    /// The token must allow `scope`, whatever its application.
+    /// The caller must allow `scope`, whatever its application.
     pub fn require_scope(&self, scope: Scope) -> Result<(), ApiError> {
-        if self.token.allows(scope) {
+        if self.allows(scope) {
             return Ok(());
         }
+        let scopes: Vec<Scope> = match self {
+            Caller::Token(token) => token.scopes.clone(),
+            Caller::Trusted(trusted) => trusted.grants.values().flatten().copied().collect(),
+        };
         Err(ApiError::Authorize(format!(
-            "token {} lacks scope {scope} (it has {})",
-            short_id(&self.token.id),
-            self.token
-                .scopes
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{} lacks scope {scope} (it has {})",
+            self.name(),
+            scope_list(&scopes)
         )))
     }
+}
+
+fn scope_list(scopes: &[Scope]) -> String {
+    scopes
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn short_id(id: &str) -> &str {
@@ -114,14 +188,16 @@ fn short_id(id: &str) -> &str {
 }
 
 /// Reads `Authorization: Bearer vgt_<id>_<secret>` and checks it against
-/// the stored token.
+/// the stored token, or `Bearer <JWT>` and verifies it against the
+/// `trust:` entries of the config in force.
 pub(crate) async fn authenticate(
     state: &ApiState,
     headers: &HeaderMap,
 ) -> Result<Caller, ApiError> {
     let malformed = || {
         ApiError::Authenticate(
-            "the Authorization header must be `Bearer vgt_<id>_<secret>`".to_owned(),
+            "the Authorization header must be `Bearer vgt_<id>_<secret>` or `Bearer <OIDC token>`"
+                .to_owned(),
         )
     };
     let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
@@ -134,14 +210,18 @@ pub(crate) async fn authenticate(
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(malformed());
     }
-    let (id, secret) = split_token(presented.trim()).ok_or_else(malformed)?;
+    let presented = presented.trim();
+    if presented.len() <= MAX_JWT_LEN && oidc::looks_like_jwt(presented) {
+        return authenticate_oidc(state, presented).await;
+    }
+    let (id, secret) = split_token(presented).ok_or_else(malformed)?;
     if id.len() > MAX_TOKEN_ID_LEN {
         return Err(malformed());
     }
     let presented_hash = Sha256::digest(secret.as_bytes());
     match state.store.get_token(id).await? {
         Some(token) if secret_matches(&token.secret_sha256, &presented_hash) => {
-            Ok(Caller { token })
+            Ok(Caller::Token(token))
         }
         // One answer for an unknown id and a wrong secret: the caller learns
         // nothing about which tokens exist.
@@ -149,6 +229,16 @@ pub(crate) async fn authenticate(
             "the token is not valid (unknown, revoked or wrong secret)".to_owned(),
         )),
     }
+}
+
+/// A CI job's OIDC token, trusted by the config in force.
+async fn authenticate_oidc(state: &ApiState, token: &str) -> Result<Caller, ApiError> {
+    let rules = match state.control.current_model().await? {
+        Some(model) => model.trust(),
+        None => Vec::new(),
+    };
+    let trusted = oidc::verify(&state.oidc_keys, token, &rules, state.clock.now()).await?;
+    Ok(Caller::Trusted(trusted))
 }
 
 /// Compares the presented secret's SHA-256 with the stored one in constant

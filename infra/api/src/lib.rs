@@ -13,13 +13,16 @@
 //!
 //! Callers authenticate with per-application tokens (`vgt_<id>_<secret>`,
 //! stored only as a SHA-256 of the secret) whose scopes say what they may
-//! do; webhook routes can additionally require an HMAC-SHA256 signature.
+//! do, or with a CI job's own OIDC token that a `trust:` entry of the
+//! config in force accepts; webhook routes can additionally require an
+//! HMAC-SHA256 signature.
 //! `vergence-agent` calls the agent routes with its agent's own token.
 
 mod alertmanager;
 mod auth;
 mod error;
 mod explain;
+mod oidc;
 mod routes;
 mod tokens;
 pub mod wire;
@@ -91,6 +94,8 @@ pub struct ApiState {
     config: Arc<ApiConfig>,
     /// Where agents' polls and reports go; `None` where no agent may call.
     agents: Option<Arc<dyn AgentDesk>>,
+    /// The keys of the OIDC issuers `trust:` entries name, cached.
+    oidc_keys: Arc<oidc::KeyCache>,
 }
 
 impl ApiState {
@@ -108,6 +113,7 @@ impl ApiState {
             clock,
             config: Arc::new(config),
             agents: None,
+            oidc_keys: Arc::new(oidc::KeyCache::default()),
         }
     }
 

@@ -170,6 +170,8 @@ pub struct Application {
     pub services: BTreeMap<ServiceName, Service>,
     /// Who is told about which events (docs/notifications.md).
     pub notifications: Vec<vergence_model::notification::NotificationRule>,
+    /// The CI jobs trusted by their OIDC token (docs/security.md).
+    pub trust: Vec<vergence_model::trust::TrustRule>,
 }
 
 impl Application {

@@ -103,6 +103,13 @@ impl CompiledConfig for ConfigModel {
             .collect()
     }
 
+    fn trust(&self) -> Vec<vergence_model::trust::TrustRule> {
+        self.applications
+            .values()
+            .flat_map(|app| app.trust.iter().cloned())
+            .collect()
+    }
+
     fn compile_service(
         &self,
         application: &ApplicationName,

@@ -17,6 +17,7 @@ mod notifications;
 mod runners;
 mod serverless;
 mod terraform;
+mod trust;
 
 pub(crate) const SEED: &str = r#"runtime:
   name: my-custom-runtime

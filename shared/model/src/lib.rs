@@ -37,6 +37,7 @@ pub mod secrets;
 pub mod terraform;
 pub mod text;
 pub mod token;
+pub mod trust;
 pub mod window;
 
 pub use agent::{AGENT_LEASE, AGENT_STALE_AFTER, AgentState, AgentTask, AgentWork};

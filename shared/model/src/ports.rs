@@ -93,6 +93,9 @@ pub trait CompiledConfig: Send + Sync + fmt::Debug {
     ) -> Result<Vec<(InstanceKey, Desired)>>;
     /// Every application's `notifications:` rules, in the order written.
     fn notifications(&self) -> Vec<crate::notification::NotificationRule>;
+    /// Every application's `trust:` entries: which outside OIDC identities
+    /// (a CI job's token) may act on it, with what scopes.
+    fn trust(&self) -> Vec<crate::trust::TrustRule>;
 }
 
 /// An immutable, content-hashed config as it was applied.

@@ -57,7 +57,12 @@ impl Api {
 
     /// Who this token's actions are attributed to in events.
     async fn own_actor(&self) -> Result<String> {
-        Ok(format!("api:token-{}", self.whoami().await?.id))
+        let me = self.whoami().await?;
+        // Servers before `actor` was answered name tokens by id only.
+        Ok(me
+            .actor
+            .clone()
+            .unwrap_or_else(|| format!("api:token-{}", me.id)))
     }
 
     /// The application a request is about: the one named, else the token's.

@@ -67,7 +67,7 @@ async fn set_one(
         .await?;
     let instances: Vec<InstanceKey> = guarded
         .into_iter()
-        .filter(|key| caller.token.application() == Some(&key.application))
+        .filter(|key| caller.acts_for(&key.application))
         .collect();
     Ok(AlertResponse {
         name,

@@ -126,7 +126,7 @@ fn require_config_scope(
     caller: &Caller,
     application: Option<&ApplicationName>,
 ) -> Result<(), ApiError> {
-    if caller.token.allows(Scope::Platform) {
+    if caller.allows(Scope::Platform) {
         return Ok(());
     }
     match application {
@@ -144,14 +144,12 @@ fn authorize_push(caller: &Caller, prepared: &PreparedPush) -> Result<(), ApiErr
     if let Some(refusal) = prepared.scope_refusal() {
         return Err(ApiError::Authorize(refusal));
     }
-    if caller.token.allows(Scope::Platform) {
+    if caller.allows(Scope::Platform) {
         return Ok(());
     }
     for part in prepared.changed().keys() {
         let owner = match part {
-            ConfigPart::Application(application)
-                if caller.token.application() == Some(application) =>
-            {
+            ConfigPart::Application(application) if caller.acts_for(application) => {
                 continue;
             }
             ConfigPart::Application(application) => {
@@ -162,9 +160,9 @@ fn authorize_push(caller: &Caller, prepared: &PreparedPush) -> Result<(), ApiErr
             }
         };
         return Err(ApiError::Authorize(format!(
-            "token {} belongs to {}, but this config changes {}, which only {owner} may change; nothing was changed",
-            caller.short_id(),
-            caller.token.subject,
+            "{} belongs to {}, but this config changes {}, which only {owner} may change; nothing was changed",
+            caller.name(),
+            caller.owner(),
             prepared.describe(part),
         )));
     }
@@ -198,7 +196,7 @@ async fn config_application(
     let caller = authenticate(api, headers).await?;
     let PathParam(app) = path.map_err(path_error)?;
     let application: ApplicationName = parse_name("application", &app)?;
-    if !caller.token.allows(Scope::Platform) {
+    if !caller.allows(Scope::Platform) {
         match scope {
             Some(scope) => caller.authorize(&application, scope)?,
             None => caller.authorize_application(&application)?,

@@ -28,12 +28,30 @@ pub(super) async fn whoami(
     headers: HeaderMap,
 ) -> Result<Json<TokenInfo>, ApiError> {
     let caller = authenticate(&api, &headers).await?;
-    let token = &caller.token;
-    Ok(Json(TokenInfo {
-        id: token.id.chars().take(8).collect(),
-        application: token.application().cloned(),
-        agent: token.agent().cloned(),
-        scopes: token.scopes.clone(),
+    let actor = Some(caller.actor());
+    Ok(Json(match &caller {
+        Caller::Token(token) => TokenInfo {
+            id: token.id.chars().take(8).collect(),
+            application: token.application().cloned(),
+            agent: token.agent().cloned(),
+            scopes: token.scopes.clone(),
+            actor,
+        },
+        // An identity trusted for one application reads as that
+        // application's token, so the CLI needs no --app for it.
+        Caller::Trusted(trusted) => TokenInfo {
+            id: "oidc".to_owned(),
+            application: match trusted.grants.keys().collect::<Vec<_>>().as_slice() {
+                [only] => Some((*only).clone()),
+                _ => None,
+            },
+            agent: None,
+            scopes: (trusted.grants.values().flatten().copied())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            actor,
+        },
     }))
 }
 

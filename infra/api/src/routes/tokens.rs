@@ -63,11 +63,19 @@ pub(super) async fn create(
     let scopes = body
         .scopes
         .ok_or_else(|| ApiError::invalid("scopes", "missing field"))?;
-    // A token cannot hand out more than it may do itself.
-    if let Some(wider) = scopes.iter().find(|scope| !caller.token.allows(**scope)) {
+    // A CI job's short-lived identity does not mint long-lived tokens:
+    // that would undo what trusting it instead of a stored secret is for.
+    let Some(own) = caller.stored_token() else {
         return Err(ApiError::Authorize(format!(
-            "token {} may not create a token with scope {wider}, which it does not have",
-            caller.short_id()
+            "{} may not create tokens: only a stored admin token can",
+            caller.name()
+        )));
+    };
+    // A token cannot hand out more than it may do itself.
+    if let Some(wider) = scopes.iter().find(|scope| !own.allows(**scope)) {
+        return Err(ApiError::Authorize(format!(
+            "{} may not create a token with scope {wider}, which it does not have",
+            caller.name()
         )));
     }
     let (token, full) = create_token(

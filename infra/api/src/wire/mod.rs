@@ -365,6 +365,10 @@ pub struct TokenInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentName>,
     pub scopes: Vec<vergence_model::Scope>,
+    /// Who the caller's actions are recorded as in events: `api:token-<id>`,
+    /// or `oidc:<issuer host>:<subject>` for a CI job's OIDC token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
 }
 
 /// An alert as `GET /v1/alerts` lists it.

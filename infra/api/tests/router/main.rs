@@ -12,6 +12,7 @@ mod config_limits;
 mod configs;
 mod delivery;
 mod metrics;
+mod oidc;
 mod openapi;
 mod operations;
 mod reads;

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
@@ -22,6 +23,7 @@ use vergence_model::{
 };
 
 use crate::common::{Api, request, two_applications};
+use crate::oidc::{Issuer, trusting};
 
 /// Every kind of caller a request can come from. The route's application
 /// is always shop; blog is another configured application.
@@ -43,14 +45,20 @@ enum Caller {
     /// A platform token: it pushes and rolls back configs, shared parts
     /// included, and does nothing else.
     Platform,
+    /// shop's CI job by its OIDC token, which shop's `trust:` entry gives
+    /// the release scope.
+    ShopCi,
+    /// Another repository's CI job by its OIDC token: no entry matches.
+    ForeignCi,
 }
 
 use Caller::{
-    Blog, Malformed, NoToken, OtherAgent, OwnAgent, Platform, Revoked, Shop, WrongSecret,
+    Blog, ForeignCi, Malformed, NoToken, OtherAgent, OwnAgent, Platform, Revoked, Shop, ShopCi,
+    WrongSecret,
 };
 use Scope::{Admin, Approve, Override, Release};
 
-const CALLERS: [Caller; 15] = [
+const CALLERS: [Caller; 17] = [
     NoToken,
     Malformed,
     WrongSecret,
@@ -66,10 +74,20 @@ const CALLERS: [Caller; 15] = [
     OwnAgent,
     OtherAgent,
     Platform,
+    ShopCi,
+    ForeignCi,
 ];
 
-const SHOP_TOKENS: &[Caller] = &[Shop(Release), Shop(Approve), Shop(Override), Shop(Admin)];
+/// What may read shop: its tokens and its trusted CI.
+const SHOP_TOKENS: &[Caller] = &[
+    Shop(Release),
+    Shop(Approve),
+    Shop(Override),
+    Shop(Admin),
+    ShopCi,
+];
 const APPLICATION_TOKENS: &[Caller] = &[
+    ShopCi,
     Shop(Release),
     Shop(Approve),
     Shop(Override),
@@ -86,6 +104,7 @@ const APPLICATION_TOKENS: &[Caller] = &[
 const ANY_ADMIN: &[Caller] = &[Shop(Admin), Blog(Admin)];
 /// Every valid token, whatever it belongs to: `whoami` tells each what it is.
 const ANY_TOKEN: &[Caller] = &[
+    ShopCi,
     Shop(Release),
     Shop(Approve),
     Shop(Override),
@@ -107,6 +126,7 @@ const SHOP_CONFIG_READERS: &[Caller] = &[
     Shop(Approve),
     Shop(Override),
     Shop(Admin),
+    ShopCi,
     Platform,
 ];
 
@@ -199,7 +219,7 @@ fn table() -> Vec<Row> {
         row(
             "POST",
             "/v1/applications/{app}/services/{service}/releases",
-            &[Shop(Release), Shop(Admin)],
+            &[Shop(Release), Shop(Admin), ShopCi],
             ShopAndBlog,
             Some(|| json!({"version": "v2", "params": {"commit": "abc1234"}})),
             Writes,
@@ -430,12 +450,21 @@ fn table() -> Vec<Row> {
 /// hash of shop's part only, so an accepted push visibly replaces the
 /// config in force and only shop's admin (or the platform) may make it.
 fn config_push() -> Value {
-    let mut files = two_applications();
+    let mut files = config_files();
     files
         .get_mut("application.yaml")
         .unwrap()
         .push_str("\n# pushed through the API\n");
     json!({ "files": files })
+}
+
+/// The issuer of the CI callers' tokens, started by the test that needs it.
+static ISSUER: OnceLock<String> = OnceLock::new();
+
+/// shop and blog, shop trusting its CI's OIDC tokens from [`ISSUER`].
+fn config_files() -> BTreeMap<String, String> {
+    let issuer = ISSUER.get().expect("the issuer is started first");
+    trusting(two_applications(), issuer)
 }
 
 /// (METHOD, path template) of every operation in docs/openapi.json.
@@ -475,7 +504,7 @@ fn uri_of(template: &str) -> String {
 
 /// A fresh API with `setup` in force and one token of every kind, so no
 /// case sees what an earlier one wrote.
-async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>) {
+async fn api_with_callers(setup: Setup, issuer: &Issuer) -> (Api, BTreeMap<&'static str, String>) {
     let api = Api::new();
     let files = match setup {
         Setup::ShopAndBlog
@@ -483,7 +512,7 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
         | Setup::Released
         | Setup::Pinned
         | Setup::ShopPushedTwice
-        | Setup::ShopToken => two_applications(),
+        | Setup::ShopToken => config_files(),
     };
     api.control
         .apply_config(ConfigBundle::from_files(files), "test")
@@ -594,6 +623,11 @@ async fn api_with_callers(setup: Setup) -> (Api, BTreeMap<&'static str, String>)
     assert!(api.store.delete_token(id).await.unwrap());
     tokens.insert("revoked", revoked);
     tokens.insert("malformed", "not-a-token".to_owned());
+    tokens.insert("shop-ci", issuer.token(|_| {}));
+    tokens.insert(
+        "foreign-ci",
+        issuer.token(|claims| claims["repository"] = json!("org/elsewhere")),
+    );
     (api, tokens)
 }
 
@@ -614,6 +648,8 @@ fn token_of(caller: Caller, tokens: &BTreeMap<&'static str, String>) -> Option<S
         OwnAgent => "own-agent",
         OtherAgent => "other-agent",
         Platform => "platform",
+        ShopCi => "shop-ci",
+        ForeignCi => "foreign-ci",
         Shop(Scope::Platform) | Blog(Scope::Platform) => {
             unreachable!("the platform scope is no application's")
         }
@@ -622,8 +658,8 @@ fn token_of(caller: Caller, tokens: &BTreeMap<&'static str, String>) -> Option<S
 }
 
 /// Runs one (route, caller) case; `Err` says what went wrong.
-async fn check(row: &Row, caller: Caller) -> Result<(), String> {
-    let (api, tokens) = api_with_callers(row.setup).await;
+async fn check(row: &Row, caller: Caller, issuer: &Issuer) -> Result<(), String> {
+    let (api, tokens) = api_with_callers(row.setup, issuer).await;
     let uri = uri_of(row.path);
     let method: Method = row.method.parse().unwrap();
     let body = row.body.map(|body| body().to_string());
@@ -659,7 +695,9 @@ async fn check(row: &Row, caller: Caller) -> Result<(), String> {
         return Ok(());
     }
     let (status, code) = match caller {
-        NoToken | Malformed | WrongSecret | Revoked => (StatusCode::UNAUTHORIZED, "unauthorized"),
+        NoToken | Malformed | WrongSecret | Revoked | ForeignCi => {
+            (StatusCode::UNAUTHORIZED, "unauthorized")
+        }
         _ => (StatusCode::FORBIDDEN, "forbidden"),
     };
     if reply.status != status {
@@ -700,6 +738,8 @@ fn every_documented_route_has_a_row_in_the_scope_table() {
 
 #[tokio::test]
 async fn every_route_allows_exactly_the_callers_in_the_scope_table() {
+    let issuer = Issuer::start().await;
+    ISSUER.get_or_init(|| issuer.url.clone());
     let table = table();
     let mut failures = Vec::new();
     let mut cases = 0;
@@ -714,7 +754,7 @@ async fn every_route_allows_exactly_the_callers_in_the_scope_table() {
         };
         for caller in CALLERS {
             cases += 1;
-            if let Err(failure) = check(row, caller).await {
+            if let Err(failure) = check(row, caller, &issuer).await {
                 failures.push(format!("{method} {path} as {caller:?}: {failure}"));
             }
         }

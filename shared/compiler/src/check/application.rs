@@ -56,11 +56,13 @@ impl<'a> Checker<'a> {
         link_downstream(&mut channels);
         let notifications =
             self.notifications(source, &doc.name, &doc.notifications, &channel_names);
+        let trust = self.trust(source, &doc.name, &doc.trust);
         Application {
             name: doc.name.clone(),
             release_channels: channels,
             services: BTreeMap::new(),
             notifications,
+            trust,
         }
     }
 

@@ -30,6 +30,7 @@ mod secret;
 mod serverless;
 mod service;
 mod terraform;
+mod trust;
 
 use std::collections::{BTreeMap, HashMap};
 

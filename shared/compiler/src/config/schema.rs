@@ -5,6 +5,7 @@
 
 mod notification;
 mod runner;
+mod trust;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -23,6 +24,7 @@ pub use runner::{
     CloudRunRunnerDoc, EcsRunnerDoc, KubernetesRunnerDoc, LambdaRunnerDoc, LocalRunnerDoc,
     RunnerDoc,
 };
+pub use trust::TrustDoc;
 
 /// A document: exactly one top-level kind.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -446,6 +448,10 @@ pub struct ApplicationDoc {
     /// Who to tell about the events people act on (docs/notifications.md).
     #[serde(default)]
     pub notifications: Vec<NotificationDoc>,
+    /// CI jobs trusted by their own OIDC token instead of a stored API
+    /// token, with the scopes each may use (docs/security.md).
+    #[serde(default)]
+    pub trust: Vec<TrustDoc>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
