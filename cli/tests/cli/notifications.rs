@@ -433,6 +433,9 @@ fn a_break_glass_override_is_sent_to_the_rules_that_ask_for_it() {
     let run = vergence(&project, &["up"], &env);
     assert_eq!(run.code, 0, "{run}");
     assert!(receiver.received().is_empty(), "nothing was overridden yet");
+    // A new version, not yet applied in prod, is what an override lets through.
+    let run = vergence(&project, &["release", "web", "v2", "--app", "shop"], &env);
+    assert_eq!(run.code, 0, "{run}");
     let run = vergence(
         &project,
         &[
