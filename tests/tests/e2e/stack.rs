@@ -298,6 +298,32 @@ async fn ci_release_approval_and_drift(stack: &Stack) {
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     );
 
+    // The on-call breaks the glass for prod's v1 through the api function
+    // with an `override` token: recorded on the instance, under the
+    // template's own permissions.
+    let on_call = stack.create_token(&["--app", "shop", "--scope", "override"]);
+    let overridden = stack.vergence(
+        dir.path(),
+        &on_call,
+        &[
+            "override",
+            "web",
+            "--app",
+            "shop",
+            "--release-channel",
+            "prod",
+            "--reason",
+            "stack test",
+        ],
+    );
+    succeeded(&overridden, "override");
+    let shown = status(stack, dir.path(), &admin);
+    assert_eq!(
+        instance(&shown, "prod")["windowOverride"]["reason"],
+        "stack test",
+        "{shown:?}"
+    );
+
     // An operator approves prod through the API.
     let approved = stack.vergence(
         dir.path(),
@@ -346,6 +372,20 @@ async fn ci_release_approval_and_drift(stack: &Stack) {
         "events",
     );
     assert!(events.contains("drift"), "{events}");
+    assert!(events.contains("overridden"), "{events}");
+
+    // Delivery metrics through the api function, from the events table.
+    let metrics = succeeded(
+        &stack.vergence(
+            dir.path(),
+            &ci,
+            &["metrics", "--app", "shop", "--output", "json"],
+        ),
+        "metrics",
+    );
+    let metrics: Value = serde_json::from_str(&metrics).unwrap();
+    assert_eq!(metrics["deployments"], 1, "{metrics}");
+    assert_eq!(metrics["releases"], 1, "{metrics}");
 }
 
 /// An application on ECS: `web` on the first-class ECS runtime (a task
