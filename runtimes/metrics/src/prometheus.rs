@@ -10,6 +10,7 @@ use serde::Deserialize;
 use vergence_model::{BuiltinJob, JobRecord, PrometheusCheck};
 
 use crate::{Check, MetricsError, Reading, time_limit};
+use vergence_model::text::with_causes;
 
 /// Reads `prometheus` protections.
 #[derive(Clone, Debug)]
@@ -46,7 +47,10 @@ impl PrometheusChecks {
         };
         let answer = match request.timeout(limit).send().await {
             Ok(response) => read_answer(base, response).await,
-            Err(e) => Err(format!("cannot reach Prometheus at {base}: {}", chain(&e))),
+            Err(e) => Err(format!(
+                "cannot reach Prometheus at {base}: {}",
+                with_causes(&e)
+            )),
         };
         match answer {
             Ok(data) => judge(check, &data, now),
@@ -78,19 +82,6 @@ fn step(window: SignedDuration) -> SignedDuration {
 
 fn seconds(at: Timestamp) -> String {
     format!("{:.3}", at.as_millisecond() as f64 / 1000.0)
-}
-
-/// An error with its causes, which reqwest keeps apart ("error sending
-/// request: connection refused").
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,7 +139,7 @@ async fn read_answer(base: &str, response: reqwest::Response) -> Result<Data, St
     let body = response.text().await.map_err(|e| {
         format!(
             "Prometheus at {base} answered HTTP {status} and then failed: {}",
-            chain(&e)
+            with_causes(&e)
         )
     })?;
     let envelope: Envelope = serde_json::from_str(&body).map_err(|_| {

@@ -43,6 +43,19 @@ pub fn human(duration: jiff::SignedDuration) -> String {
     }
 }
 
+/// An error and its sources, `: `-separated: an HTTP client's own message
+/// ("error sending request") does not say that the connection was refused.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

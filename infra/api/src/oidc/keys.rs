@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use serde::Deserialize;
 use tokio::sync::Mutex;
+use vergence_model::text::with_causes;
 
 /// How long fetched keys are used before they are fetched again.
 const KEYS_TTL: Duration = Duration::from_secs(10 * 60);
@@ -132,7 +133,7 @@ impl KeyCache {
                     .redirect(reqwest::redirect::Policy::none())
                     .user_agent(concat!("vergence/", env!("CARGO_PKG_VERSION")))
                     .build()
-                    .map_err(|e| format!("cannot build an HTTP client: {}", chain(&e)))
+                    .map_err(|e| format!("cannot build an HTTP client: {}", with_causes(&e)))
             })
             .as_ref()
             .map_err(Clone::clone)
@@ -191,7 +192,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
         .get(url)
         .send()
         .await
-        .map_err(|e| format!("GET {url} failed: {}", chain(&e)))?;
+        .map_err(|e| format!("GET {url} failed: {}", with_causes(&e)))?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("GET {url} answered {status}"));
@@ -200,7 +201,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| format!("GET {url} failed: {}", chain(&e)))?
+        .map_err(|e| format!("GET {url} failed: {}", with_causes(&e)))?
     {
         if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
             return Err(format!(
@@ -210,17 +211,4 @@ async fn get_json<T: serde::de::DeserializeOwned>(
         body.extend_from_slice(&chunk);
     }
     serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not the JSON expected: {e}"))
-}
-
-/// An error and its sources, `: `-separated: reqwest's own message alone
-/// ("error sending request") does not say that the connection was refused.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
