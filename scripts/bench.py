@@ -337,7 +337,8 @@ def bench_lines() -> dict[str, dict[str, str]]:
         "1",
         "serverless::requests_per",
         "serverless::job_items",
-            "serverless::a_broken_chain",
+        "serverless::a_broken_chain",
+        "serverless::quiet_checks_of_one_batch",
         "agent_poll_cost::",
     ]
     say("$ " + " ".join(args))
@@ -464,7 +465,7 @@ AGENT_RECORD_WRITTEN_EVERY_SECONDS = 30  # runtimes/kubernetes/src/desk.rs
 
 
 def template_settings() -> dict:
-    """The template's memory sizes, batch size and schedule, read from
+    """The template's memory sizes, log levels and schedule, read from
     template.yaml so the table follows it."""
     text = (ROOT / "template.yaml").read_text()
     default_mb = int(re.search(r"^Globals:.*?MemorySize: (\d+)", text, re.S | re.M)[1])
@@ -491,7 +492,6 @@ def template_settings() -> dict:
         "worker_mb": function_mb("WorkerFunction"),
         "scheduler_mb": function_mb("SchedulerFunction"),
         "api_mb": function_mb("ApiFunction"),
-        "batch": int(re.search(r"BatchSize: (\d+)", text)[1]),
         "schedule_minutes": int(rate[1]),
     }
 
@@ -520,21 +520,47 @@ def cost_model(bench: dict) -> dict:
 
     m = 1e6
 
+    def ms_per_check(name: str) -> float:
+        """The worker's time for one check: a full batch's, shared by its
+        checks; a full write of the instance (`cost_rearm`) adds what it
+        took longer than a quiet check, measured alone."""
+        batch = num("cost_check_batch", "ms") / num("cost_check_batch", "checks")
+        alone = num(name, "ms") / num(name, "invocations")
+        quiet = num("cost_check", "ms") / num("cost_check", "invocations")
+        return batch + max(0.0, alone - quiet)
+
+    def invocations_per_check() -> float:
+        """Worker invocations per check: one per message the next checks
+        went out in, at most (`MaximumBatchingWindowInSeconds: 1` gathers
+        one second's messages; at these rates about one)."""
+        return num("cost_check_batch", "messages") / num("cost_check_batch", "checks")
+
+    def sqs_per_check() -> float:
+        """SQS requests of one check, from a full batch of quiet checks
+        (serverless::quiet_checks_of_one_batch_send_their_next_checks_together):
+        the worker's sends, once per batch (its outbox), and the event
+        source mapping's receive and delete of the messages the next checks
+        went out in. Those two are counted one each per message, not per
+        batch of messages: at these rates a long poll returns about as soon
+        as one message is there, and an invocation's batch is what one
+        second gathered. A check that writes the whole instance sends as a
+        quiet one does."""
+        checks = num("cost_check_batch", "checks")
+        return (num("cost_check_batch", "sends") + 2 * num("cost_check_batch", "messages")) / checks
+
     def one_check(name: str) -> dict:
         return {
             "dynamodb": num(name, "rru") * PRICES["dynamodb_per_million_read_units"] / m
             + num(name, "wru") * PRICES["dynamodb_per_million_write_units"] / m,
-            # The worker's own sends, which go out once per batch (its
-            # outbox; serverless::quiet_checks_of_one_batch_send_their_next_checks_together),
-            # and the event source mapping's receive and delete, one of each
-            # per batch.
-            "sqs": (num(name, "sqs_requests") + 2) / t["batch"] * PRICES["sqs_per_million_requests"] / m,
-            # One batch of `batch` checks is one invocation; the worker steps
-            # its messages one after the other, so it lasts `batch` checks.
-            "lambda": (num(name, "ms") / num(name, "invocations")) / 1000 * t["worker_mb"] / 1024
+            "sqs": sqs_per_check() * PRICES["sqs_per_million_requests"] / m,
+            # An invocation per message at most (what one second gathers),
+            # whose instances the worker steps at once: a check's share of
+            # the billed duration is the measured batch's time over its
+            # checks.
+            "lambda": ms_per_check(name) / 1000 * t["worker_mb"] / 1024
             * PRICES["lambda_per_gb_second"]
-            + PRICES["lambda_per_million_requests"] / m / t["batch"],
-            "logs": (num("cost_check_logs", "log_bytes") + t["worker_platform_log_bytes"] / t["batch"])
+            + PRICES["lambda_per_million_requests"] / m * invocations_per_check(),
+            "logs": (num("cost_check_logs", "log_bytes") + t["worker_platform_log_bytes"] * invocations_per_check())
             / 1e9 * PRICES["logs_per_gb_ingested"],
         }
 
@@ -567,7 +593,7 @@ def cost_model(bench: dict) -> dict:
         "late_check_sqs": late_check_sqs,
         "fixed": fixed,
         "month_seconds": month_seconds,
-        "batch": t["batch"],
+        "invocations_per_check": invocations_per_check(),
         "tracing": t["tracing"],
         "ticks": ticks,
     }
@@ -577,7 +603,7 @@ def xray_monthly(model: dict, instances: int, interval_minutes: int) -> float:
     """What `Tracing=Active` would add: the worker's invocations (a batch
     of checks each) and the scheduler's ticks, sampled."""
     seconds = model["month_seconds"]
-    worker_rate = instances / (interval_minutes * 60) / model["batch"]
+    worker_rate = instances / (interval_minutes * 60) * model["invocations_per_check"]
     traces = xray_traces(worker_rate) * seconds + model["ticks"]
     return traces * PRICES["xray_per_million_traces"] / 1e6
 

@@ -27,13 +27,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::StreamExt;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use vergence_aws::WorkMessage;
 use vergence_engine::control::StepFailure;
 use vergence_engine::{Engine, JobCompletion, QuietChecks, RunnerRouter, UpstreamHints};
 use vergence_model::ports::{JobResultSink, JobStore, Runner, Started, WorkItem, WorkQueue};
 use vergence_model::{
-    BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult, RunnerKind,
+    ApplicationName, BuiltinPlatform, InstanceKey, JobHandle, JobOutcome, JobRecord, JobResult,
+    RunnerKind, ServiceName,
 };
 use vergence_runner_cloud_run::CloudRunServices;
 use vergence_runner_ecs::{EcsServices, task_state_change};
@@ -55,6 +57,12 @@ const QUIET_CHECKS: QuietChecks = QuietChecks {
     longest_delay: jiff::SignedDuration::from_secs(vergence_aws::sqs::MAX_DELAY_SECONDS),
     watchdog: jiff::SignedDuration::from_hours(1),
 };
+
+/// Steps one invocation runs at once. A batch is at most 10 messages of
+/// at most 10 instances each (`vergence_aws::sqs::INSTANCES_PER_MESSAGE`);
+/// inline jobs are processes in the function's memory, so not all 100 run
+/// at once.
+const STEPS_AT_ONCE: usize = 10;
 
 /// Jobs shorter than this are not started at the end of an invocation: the
 /// message is retried in a fresh one instead.
@@ -248,9 +256,47 @@ impl Worker {
             failure.item_identifier = message.message_id.clone().unwrap_or_default();
             response.batch_item_failures.push(failure);
         };
+        // The batch's instances (a message may name several due together)
+        // are stepped at once: they are mostly independent checks that
+        // wait on DynamoDB, a fetch or a runtime's API, so the invocation
+        // (and its bill, and the deadline its jobs share) lasts about as
+        // long as its slowest step rather than the sum of them. Instances
+        // of one service are stepped in turn, as they came: a channel's
+        // step reads its upstream channels, and one step at once with
+        // another of the same instance would only lose its write to it.
+        let mut dispositions = vec![Disposition::Done; event.records.len()];
+        let mut named = Vec::new();
+        for (at, message) in event.records.iter().enumerate() {
+            match self.instances_of(message).await {
+                Ok(keys) => named.extend(keys.into_iter().map(|key| (at, key))),
+                Err(disposition) => dispositions[at] = disposition,
+            }
+        }
+        let records = &event.records;
+        let turns = same_service_in_turn(named).into_iter().map(|turn| {
+            let engine = &engine;
+            async move {
+                let mut stepped = Vec::with_capacity(turn.len());
+                for (at, key) in turn {
+                    stepped.push((at, self.step_named(engine, &records[at], key).await));
+                }
+                stepped
+            }
+        });
+        let stepped: Vec<Vec<(usize, Disposition)>> = futures::stream::iter(turns)
+            .buffer_unordered(STEPS_AT_ONCE)
+            .collect()
+            .await;
+        // A message is delivered again when any of its steps asks for it;
+        // its other instances then find their step done and do nothing.
+        for (at, disposition) in stepped.into_iter().flatten() {
+            if disposition == Disposition::Redeliver {
+                dispositions[at] = Disposition::Redeliver;
+            }
+        }
         let mut done = Vec::new();
-        for message in event.records {
-            match self.handle_message(&engine, &message).await {
+        for (message, disposition) in event.records.into_iter().zip(dispositions) {
+            match disposition {
                 Disposition::Redeliver => failed(&message),
                 Disposition::Done => done.push(message),
             }
@@ -274,27 +320,39 @@ impl Worker {
         ))
     }
 
-    async fn handle_message(&self, engine: &Engine, message: &SqsMessage) -> Disposition {
+    /// The instances `message` asks to step: those it names, or the
+    /// instance of the job whose task an ECS event says stopped. `Err`:
+    /// what becomes of a message that leaves nothing to step.
+    async fn instances_of(&self, message: &SqsMessage) -> Result<Vec<InstanceKey>, Disposition> {
         let id = message.message_id.as_deref().unwrap_or_default();
         let body = message.body.as_deref().unwrap_or_default();
-        let key = match WorkMessage::parse(body) {
-            Ok(work) => work.instance,
+        match WorkMessage::parse(body) {
+            Ok(work) => Ok(work.instances().cloned().collect()),
             Err(e) => match self.task_stopped(id, body).await {
-                Ok(Some(key)) => key,
-                Ok(None) => return Disposition::Done,
-                Err(Disposition::Redeliver) => return Disposition::Redeliver,
+                Ok(Some(key)) => Ok(vec![key]),
+                Ok(None) => Err(Disposition::Done),
+                Err(Disposition::Redeliver) => Err(Disposition::Redeliver),
                 Err(Disposition::Done) => {
                     // Nothing names an instance: retrying cannot help.
                     error!(message_id = %id, error = %e, "dropping a malformed work message");
-                    return Disposition::Done;
+                    Err(Disposition::Done)
                 }
             },
-        };
-        // Every line logged for this message, down to the adapters' spans,
+        }
+    }
+
+    /// Steps `key`, one of the instances `message` named.
+    async fn step_named(
+        &self,
+        engine: &Engine,
+        message: &SqsMessage,
+        key: InstanceKey,
+    ) -> Disposition {
+        // Every line logged for this step, down to the adapters' spans,
         // carries the instance it is about.
         let span = info_span!(
             "work",
-            message_id = %id,
+            message_id = %message.message_id.as_deref().unwrap_or_default(),
             application = %key.application,
             service = %key.service,
             release_channel = %key.release_channel,
@@ -415,6 +473,26 @@ impl WorkQueue for Outbox {
             .extend_from_slice(items);
         Ok(())
     }
+}
+
+/// The instances `named` (each with the index of its message) in groups
+/// to step at once, each holding one service's (any of its channels) in
+/// the order they came.
+fn same_service_in_turn(named: Vec<(usize, InstanceKey)>) -> Vec<Vec<(usize, InstanceKey)>> {
+    let mut groups: Vec<Vec<(usize, InstanceKey)>> = Vec::with_capacity(named.len());
+    let mut by_service: std::collections::HashMap<(ApplicationName, ServiceName), usize> =
+        std::collections::HashMap::new();
+    for (at, key) in named {
+        let service = (key.application.clone(), key.service.clone());
+        match by_service.get(&service) {
+            Some(&group) => groups[group].push((at, key)),
+            None => {
+                by_service.insert(service, groups.len());
+                groups.push(vec![(at, key)]);
+            }
+        }
+    }
+    groups
 }
 
 /// What becomes of one message after its step.
@@ -587,6 +665,47 @@ mod tests {
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    fn key(service: &str, channel: &str) -> InstanceKey {
+        InstanceKey::new(
+            ApplicationName::parse("shop").unwrap(),
+            ServiceName::parse(service).unwrap(),
+            vergence_model::ReleaseChannelName::parse(channel).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_services_instances_are_stepped_in_turn_and_other_services_at_once() {
+        let named = vec![
+            (0, key("api", "staging")),
+            (0, key("web", "prod")),
+            (1, key("api", "prod")),
+            (2, key("api", "staging")),
+            (2, key("db", "prod")),
+        ];
+        let groups: Vec<Vec<(usize, String)>> = same_service_in_turn(named)
+            .into_iter()
+            .map(|group| {
+                group
+                    .into_iter()
+                    .map(|(at, k)| (at, format!("{}/{}", k.service, k.release_channel)))
+                    .collect()
+            })
+            .collect();
+        let step = |at: usize, name: &str| (at, name.to_owned());
+        assert_eq!(
+            groups,
+            [
+                vec![
+                    step(0, "api/staging"),
+                    step(1, "api/prod"),
+                    step(2, "api/staging")
+                ],
+                vec![step(0, "web/prod")],
+                vec![step(2, "db/prod")],
+            ]
+        );
     }
 
     #[test]

@@ -1,9 +1,16 @@
-//! The SQS work queue: one message per instance to step.
+//! The SQS work queue: messages naming the instances to step.
 //!
-//! A message body is a [`WorkMessage`]: JSON naming the instance and, when a
-//! runner reports through the queue, the job whose result is ready. The
-//! worker receives messages as the records of an SQS event and reads each
-//! record's `body` with [`WorkMessage::parse`].
+//! A message body is a [`WorkMessage`]: JSON naming an instance and, in
+//! `also`, up to [`INSTANCES_PER_MESSAGE`]` - 1` more due at about the same
+//! time. The worker receives messages as the records of an SQS event and
+//! reads each record's `body` with [`WorkMessage::parse`].
+//!
+//! Items due together share a message: a batch of quiet checks asks for
+//! their next checks at the same moment, and SQS bills every send, receive
+//! and delete, and Lambda every invocation, by the message batch, not by
+//! what a message names (docs/cost.md). A delayed item may go out in a
+//! message up to a tenth of its delay (and two seconds at most) later than
+//! it asked for, never earlier; an item due now waits for nothing.
 //!
 //! A work item's `not_before` becomes the message's `DelaySeconds`. SQS
 //! delays a message by at most 15 minutes, so an item due later than that is
@@ -34,6 +41,14 @@ use crate::error::AwsError;
 pub const MAX_DELAY_SECONDS: i64 = 900;
 /// SendMessageBatch takes at most this many messages.
 const BATCH_MAX: usize = 10;
+/// Instances one message names at most. The worker steps a batch's
+/// instances at once, so this times the event source's batch size (10) is
+/// how many steps one invocation may run.
+pub const INSTANCES_PER_MESSAGE: usize = 10;
+/// How many seconds later than asked an instance may be stepped for the
+/// sake of sharing a message (a batch's next checks are due within a
+/// second or so of each other).
+const LATE_AT_MOST: i32 = 2;
 /// Batches in flight at once when many instances are enqueued together.
 const CONCURRENT_BATCHES: usize = 4;
 #[cfg(feature = "testing")]
@@ -46,12 +61,35 @@ const MAX_WAIT: Duration = Duration::from_secs(20);
 pub struct WorkMessage {
     /// The instance to step.
     pub instance: InstanceKey,
+    /// More instances to step, due with the first. A worker that knew only
+    /// `instance` steps that one and leaves these to the due index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<InstanceKey>,
 }
 
 impl WorkMessage {
     /// Asks for the instance to be stepped.
     pub fn step(instance: InstanceKey) -> Self {
-        Self { instance }
+        Self {
+            instance,
+            also: Vec::new(),
+        }
+    }
+
+    /// Asks for every instance of `instances` to be stepped; `None` when
+    /// there is none.
+    pub fn step_all(instances: impl IntoIterator<Item = InstanceKey>) -> Option<Self> {
+        let mut instances = instances.into_iter();
+        let instance = instances.next()?;
+        Some(Self {
+            instance,
+            also: instances.collect(),
+        })
+    }
+
+    /// The instances to step, in the order they were asked for.
+    pub fn instances(&self) -> impl Iterator<Item = &InstanceKey> {
+        std::iter::once(&self.instance).chain(&self.also)
     }
 
     /// Reads a message body (an SQS event record's `body`). Unknown fields
@@ -107,6 +145,38 @@ fn delay_seconds(now: Timestamp, not_before: Timestamp) -> Option<i32> {
     i32::try_from(seconds).ok()
 }
 
+/// Instances with their delays, in messages of up to
+/// [`INSTANCES_PER_MESSAGE`] each with the delay of its latest: an
+/// instance shares a message whose delay is at most a tenth longer than
+/// its own and at most [`LATE_AT_MOST`] seconds (none for one due now), so
+/// none comes early and none much late.
+fn together(mut delayed: Vec<(InstanceKey, i32)>) -> Vec<(WorkMessage, i32)> {
+    delayed.sort_by_key(|(_, delay)| *delay);
+    let mut messages: Vec<(WorkMessage, i32)> = Vec::new();
+    let mut open: Option<(Vec<InstanceKey>, i32, i32)> = None;
+    for (instance, delay) in delayed {
+        match &mut open {
+            Some((instances, first, last))
+                if instances.len() < INSTANCES_PER_MESSAGE
+                    && delay <= *first + (*first / 10).min(LATE_AT_MOST) =>
+            {
+                instances.push(instance);
+                *last = delay;
+            }
+            _ => {
+                messages.extend(open.take().and_then(|(instances, _, last)| {
+                    WorkMessage::step_all(instances).map(|m| (m, last))
+                }));
+                open = Some((vec![instance], delay, delay));
+            }
+        }
+    }
+    messages.extend(
+        open.and_then(|(instances, _, last)| WorkMessage::step_all(instances).map(|m| (m, last))),
+    );
+    messages
+}
+
 impl SqsQueue {
     pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
         Self {
@@ -145,16 +215,17 @@ impl SqsQueue {
                 .or_insert(item.not_before);
         }
         let now = self.clock.now();
-        let messages: Vec<(WorkMessage, i32)> = earliest
+        let delayed: Vec<(InstanceKey, i32)> = earliest
             .into_iter()
             .filter_map(|(instance, not_before)| match delay_seconds(now, not_before) {
-                Some(delay) => Some((WorkMessage::step(instance.clone()), delay)),
+                Some(delay) => Some((instance.clone(), delay)),
                 None => {
                     tracing::debug!(%instance, %not_before, "not sent: further out than SQS can delay; the scheduler will find it");
                     None
                 }
             })
             .collect();
+        let messages = together(delayed);
         self.send_all(messages.iter().map(|(m, d)| (m, *d)).collect())
             .await
     }
@@ -278,6 +349,87 @@ mod tests {
     fn items_beyond_fifteen_minutes_are_left_to_the_scheduler() {
         assert_eq!(delay_seconds(at(0), at(900)), Some(900));
         assert_eq!(delay_seconds(at(0), at(901)), None);
+    }
+
+    fn key(service: &str) -> InstanceKey {
+        InstanceKey::parse_storage_id(&format!("shop/{service}/prod")).expect("id")
+    }
+
+    fn grouped(delays: &[(&str, i32)]) -> Vec<(Vec<String>, i32)> {
+        let delayed = delays.iter().map(|(s, d)| (key(s), *d)).collect();
+        together(delayed)
+            .into_iter()
+            .map(|(m, delay)| {
+                (
+                    m.instances().map(|k| k.service.to_string()).collect(),
+                    delay,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn instances_due_together_share_a_message_that_is_never_early() {
+        let names = |ns: &[&str]| ns.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        // A batch of quiet checks: their next checks a moment apart.
+        assert_eq!(
+            grouped(&[("a", 300), ("b", 301), ("c", 300), ("now", 0), ("wake", 0)]),
+            [(names(&["now", "wake"]), 0), (names(&["a", "c", "b"]), 301)]
+        );
+        // Due now never waits for a delayed one; a short delay waits at
+        // most a tenth of itself longer (none below ten seconds), a long
+        // one two seconds.
+        assert_eq!(
+            grouped(&[
+                ("now", 0),
+                ("two", 2),
+                ("three", 3),
+                ("ten", 10),
+                ("eleven", 11)
+            ]),
+            [
+                (names(&["now"]), 0),
+                (names(&["two"]), 2),
+                (names(&["three"]), 3),
+                (names(&["ten", "eleven"]), 11)
+            ]
+        );
+        assert_eq!(
+            grouped(&[("a", 600), ("b", 602), ("c", 603)]),
+            [(names(&["a", "b"]), 602), (names(&["c"]), 603)]
+        );
+        // At most ten a message.
+        let many: Vec<String> = (0..25).map(|n| format!("s{n:02}")).collect();
+        let delays: Vec<(&str, i32)> = many.iter().map(|s| (s.as_str(), 60)).collect();
+        let sizes: Vec<usize> = grouped(&delays).iter().map(|(m, _)| m.len()).collect();
+        assert_eq!(sizes, [10, 10, 5]);
+    }
+
+    #[test]
+    fn a_message_of_many_instances_round_trips_and_an_older_reader_takes_its_first() {
+        let message = WorkMessage::step_all([key("web"), key("api")]).expect("one at least");
+        let body = message.to_body().expect("encode");
+        assert_eq!(WorkMessage::parse(&body).expect("parse"), message);
+        assert_eq!(
+            message
+                .instances()
+                .map(|k| k.service.to_string())
+                .collect::<Vec<_>>(),
+            ["web", "api"]
+        );
+        #[derive(serde::Deserialize)]
+        struct Older {
+            instance: InstanceKey,
+        }
+        let older: Older = serde_json::from_str(&body).expect("an older worker reads it");
+        assert_eq!(older.instance, key("web"));
+        assert!(WorkMessage::step_all([]).is_none());
+        assert!(
+            !WorkMessage::step(key("web"))
+                .to_body()
+                .expect("encode")
+                .contains("also")
+        );
     }
 
     #[test]

@@ -52,7 +52,8 @@ async fn drain(queue: &SqsQueue, within: Duration) -> Vec<ReceivedWork> {
 fn services(received: &[ReceivedWork]) -> BTreeSet<String> {
     received
         .iter()
-        .map(|r| r.message.instance.service.to_string())
+        .flat_map(|r| r.message.instances())
+        .map(|instance| instance.service.to_string())
         .collect()
 }
 
@@ -100,11 +101,20 @@ async fn near_items_wait_for_their_time_and_far_ones_are_left_to_the_scheduler()
 async fn more_items_than_a_batch_holds_are_all_sent_once_per_instance() {
     let Some(queue) = queue().await else { return };
     let mut items: Vec<WorkItem> = (0..25).map(|i| item(&format!("svc-{i}"), 0)).collect();
-    // The same instance asked for twice in one call becomes one message.
+    // The same instance asked for twice in one call is named once.
     items.push(item("svc-0", 0));
     queue.enqueue(&items).await.expect("enqueue");
     let received = drain(&queue, Duration::from_secs(4)).await;
-    assert_eq!(received.len(), 25, "one message per instance");
+    let sizes: Vec<usize> = received
+        .iter()
+        .map(|r| r.message.instances().count())
+        .collect();
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        25,
+        "each instance once: {sizes:?}"
+    );
+    assert_eq!(received.len(), 3, "due together, ten a message: {sizes:?}");
     assert_eq!(
         services(&received),
         (0..25).map(|i| format!("svc-{i}")).collect()
