@@ -893,6 +893,69 @@ async fn a_check_delivered_twice_goes_on_once() {
     assert_eq!(next.records.len(), 1, "one chain of checks");
 }
 
+/// A message naming several instances is delivered again whole when one
+/// of its steps fails (or as SQS's duplicate): the steps that went through
+/// find nothing due the second time, write nothing and send nothing, and
+/// each instance's chain of checks goes on once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_several_checks_delivered_again_goes_on_once_per_instance() {
+    if endpoints().is_none() {
+        return;
+    }
+    const SERVICES: usize = 3;
+    let counter = vergence_e2e::wire::RequestCounter::default();
+    let (mut h, worker, _dir) =
+        steadily_checked_services(&counter, "1s", None, &["web", "shop"]).await;
+    // Until the three next checks share one message (a batch's do).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shared = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the next checks never shared a message"
+        );
+        let event = h.receive(Duration::from_secs(2)).await;
+        if event.records.len() == 1 && instances_named(&event) == SERVICES {
+            break event;
+        }
+        h.deliver(&worker, event).await;
+    };
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    counter.reset();
+    let first = h.deliver(&worker, shared.clone()).await;
+    assert!(first.batch_item_failures.is_empty());
+    let checked = counter.snapshot();
+    assert_eq!(
+        checked.get("DynamoDB.PutItem"),
+        Some(&SERVICES),
+        "{checked:?}"
+    );
+    counter.reset();
+    let again = h.deliver(&worker, shared).await;
+    assert!(again.batch_item_failures.is_empty());
+    let repeated = counter.snapshot();
+    assert_eq!(
+        repeated.get("DynamoDB.Query"),
+        Some(&SERVICES),
+        "each step reads its instance: {repeated:?}"
+    );
+    assert_eq!(
+        (
+            repeated.get("DynamoDB.PutItem"),
+            repeated.get("SQS.SendMessageBatch")
+        ),
+        (None, None),
+        "and finds its check done: nothing written, nothing sent: {repeated:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut next = 0;
+    let mut received = h.receive(Duration::from_secs(3)).await;
+    while !received.records.is_empty() {
+        next += instances_named(&received);
+        received = h.receive(Duration::from_secs(1)).await;
+    }
+    assert_eq!(next, SERVICES, "one next check per instance");
+}
+
 /// The due index only watches a chain of checks: it does not bring a
 /// carried check back, but finds an instance whose chain broke an hour
 /// later, and that check starts the chain again.
