@@ -34,7 +34,7 @@ use vergence_lambda::worker::Worker;
 use vergence_lambda::{AwsClients, Deployment, DeploymentConfig, scheduler};
 use vergence_model::ports::{Clock, EventStore, InstanceFilter, ManualClock, SystemClock};
 use vergence_model::{
-    Event, EventFilter, EventKind, InstanceRecord, JobId, JobKind, JobOutcome, Status,
+    Event, EventFilter, EventKind, InstanceKey, InstanceRecord, JobId, JobKind, JobOutcome, Status,
 };
 
 /// DynamoDB Local's and moto's SQS endpoints from the environment
@@ -45,6 +45,14 @@ pub fn endpoints() -> Option<(String, String)> {
 }
 
 /// The functions' sample events (also used by `cargo lambda invoke`).
+/// The instances a work message asks to step (none for any other body,
+/// such as an ECS task-state event): a message names up to 10 due together.
+pub fn instances_named(record: &aws_lambda_events::event::sqs::SqsMessage) -> Vec<InstanceKey> {
+    vergence_aws::WorkMessage::parse(record.body.as_deref().unwrap_or_default())
+        .map(|m| m.instances().cloned().collect())
+        .unwrap_or_default()
+}
+
 pub fn event_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../functions/events")

@@ -152,10 +152,10 @@ fn delay_seconds(now: Timestamp, not_before: Timestamp) -> Option<i32> {
 /// none comes early and none much late.
 fn together(mut delayed: Vec<(InstanceKey, i32)>) -> Vec<(WorkMessage, i32)> {
     delayed.sort_by_key(|(_, delay)| *delay);
-    let mut messages: Vec<(WorkMessage, i32)> = Vec::new();
-    let mut open: Option<(Vec<InstanceKey>, i32, i32)> = None;
+    // Each message's instances, its first (shortest) delay and its last.
+    let mut groups: Vec<(Vec<InstanceKey>, i32, i32)> = Vec::new();
     for (instance, delay) in delayed {
-        match &mut open {
+        match groups.last_mut() {
             Some((instances, first, last))
                 if instances.len() < INSTANCES_PER_MESSAGE
                     && delay <= *first + (*first / 10).min(LATE_AT_MOST) =>
@@ -163,18 +163,13 @@ fn together(mut delayed: Vec<(InstanceKey, i32)>) -> Vec<(WorkMessage, i32)> {
                 instances.push(instance);
                 *last = delay;
             }
-            _ => {
-                messages.extend(open.take().and_then(|(instances, _, last)| {
-                    WorkMessage::step_all(instances).map(|m| (m, last))
-                }));
-                open = Some((vec![instance], delay, delay));
-            }
+            _ => groups.push((vec![instance], delay, delay)),
         }
     }
-    messages.extend(
-        open.and_then(|(instances, _, last)| WorkMessage::step_all(instances).map(|m| (m, last))),
-    );
-    messages
+    groups
+        .into_iter()
+        .filter_map(|(instances, _, last)| WorkMessage::step_all(instances).map(|m| (m, last)))
+        .collect()
 }
 
 impl SqsQueue {

@@ -17,7 +17,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use vergence_e2e::wire::{Capacity, RequestCounter};
 use vergence_e2e::{Harness, endpoints};
 use vergence_lambda::worker::{Worker, WorkerConfig};
-use vergence_model::Status;
+use vergence_model::{InstanceKey, Status};
 
 /// Checks of every instance in the steady state.
 const CHECKS: usize = 3;
@@ -356,7 +356,8 @@ async fn requests_and_time_per_instance_stay_flat_with_the_number_of_instances()
 
 /// The instances a message names (their storage ids).
 fn named(record: &aws_lambda_events::event::sqs::SqsMessage) -> Vec<String> {
-    vergence_aws::WorkMessage::parse(record.body.as_deref().unwrap_or_default())
-        .map(|m| m.instances().map(|i| i.storage_id()).collect())
-        .unwrap_or_default()
+    vergence_e2e::instances_named(record)
+        .iter()
+        .map(InstanceKey::storage_id)
+        .collect()
 }

@@ -1112,9 +1112,6 @@ fn instances_named(event: &SqsEvent) -> usize {
     event
         .records
         .iter()
-        .map(|r| {
-            vergence_aws::WorkMessage::parse(r.body.as_deref().unwrap_or_default())
-                .map_or(0, |m| m.instances().count())
-        })
+        .map(|r| vergence_e2e::instances_named(r).len())
         .sum()
 }
