@@ -229,6 +229,8 @@ sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 
 ACCOUNT = "123456789012"
+# DynamoDB requests to moto, one at a time (see `_wsgi`).
+DYNAMODB_ONE_AT_A_TIME = threading.Lock()
 BOOTSTRAP_REQUESTS = 3  # CreateUser, PutUserPolicy, CreateAccessKey
 ADMIN = "admin"
 NOTIFICATION_SECRET_NAME = "vergence/notifications/signing-secret"
@@ -367,6 +369,16 @@ class Account:
                     return respond(start_response, "500 Internal Server Error", {"error": repr(e)})
             if path.rstrip("/") == "/moto-api/reset":
                 return respond(start_response, "409 Conflict", {"error": "moto-api/reset would delete the account (users, roles, stack); restart account.py instead"})
+            if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
+                # moto (5.2.5) runs TransactWriteItems without a lock: it
+                # snapshots the whole table first and, when a condition
+                # fails, puts the snapshot back, erasing whatever other
+                # requests wrote meanwhile (a release pushed while a
+                # worker's commit lost its race came back as the config's
+                # version). DynamoDB is atomic per request; one request at
+                # a time makes moto so too.
+                with DYNAMODB_ONE_AT_A_TIME:
+                    return list(app(environ, start_response))
             return app(environ, start_response)
 
         return wsgi
